@@ -1,0 +1,158 @@
+"""The hyper-parameters of MW-GP, defined once and shared by every adapter."""
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+import torch
+
+_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+_DEVICES = ("auto", "cpu", "cuda")
+_SCHEDULES = ("cosine", "constant")
+_INITS = ("pca", "random")
+
+
+@dataclass(frozen=True)
+class MWGPConfig:
+    """Hyper-parameters of the MW-GP model and its trainer.
+
+    Parameters
+    ----------
+    n_inducing : int, default=128
+        Number m of paired inducing points (z^A_l, z^B_l). Cost per rating is O(m^2).
+    latent_dim : int, default=8
+        Dimension r of each user and item embedding.
+    n_epochs : int, default=30
+        Passes over the training ratings.
+    batch_size : int, default=4096
+        Ratings per minibatch. The data term of the ELBO is scaled by N / batch.
+    lr : float, default=0.02
+        Peak Adam learning rate.
+    lr_schedule : {"cosine", "constant"}, default="cosine"
+        Learning-rate schedule over all steps (cosine decays to ``lr / 20``).
+    embedding_reg : float, default=1.0
+        Precision of the Gaussian prior N(0, 1/embedding_reg) on every embedding entry (MAP;
+        an L2 penalty of ``embedding_reg / 2 * ||A||^2`` on the whole log joint).
+    bias_reg : float, default=1.0
+        Precision of the Gaussian prior on user and item biases (in standardised rating units).
+    use_biases : bool, default=True
+        Learn a global mean plus user and item biases as the GP mean function; otherwise the
+        mean function is the learned global constant only.
+    kl_weight : float, default=1.0
+        Weight of KL(q(v) || p(v)). 1.0 gives the correct ELBO; larger values regularise more
+        (the paper's code implicitly used N / batch_size).
+    init : {"pca", "random"}, default="pca"
+        Embedding initialisation: scaled truncated SVD of the centred rating matrix, or N(0, 0.1^2).
+    jitter : float, default=1e-5
+        Added to the diagonal of K_mm (standardised units). Escalated x10 up to three times,
+        with a warning, when a Cholesky factorisation fails.
+    chunk_size : int, default=65536
+        Pairs per chunk at prediction time (bounds memory).
+    random_state : int, numpy.random.Generator or None, default=None
+        Seeds initialisation and shuffling. None draws fresh entropy (results vary per fit).
+    device : {"auto", "cpu", "cuda"} or torch.device, default="auto"
+        "auto" uses CUDA when available, else the CPU.
+    dtype : {"float32", "float64"}, default="float32"
+    verbose : bool, default=False
+        Show a tqdm progress bar while training.
+    """
+
+    n_inducing: int = 128
+    latent_dim: int = 8
+    n_epochs: int = 30
+    batch_size: int = 4096
+    lr: float = 0.02
+    lr_schedule: str = "cosine"
+    embedding_reg: float = 1.0
+    bias_reg: float = 1.0
+    use_biases: bool = True
+    kl_weight: float = 1.0
+    init: str = "pca"
+    jitter: float = 1e-5
+    chunk_size: int = 65536
+    random_state: Any = None
+    device: Any = "auto"
+    dtype: str = "float32"
+    verbose: bool = False
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        return {f.name: f.default for f in fields(cls)}
+
+    def replace(self, **changes: Any) -> "MWGPConfig":
+        return dataclasses.replace(self, **changes)
+
+    def validate(self) -> None:
+        """Check every value; raise ``ValueError``/``TypeError`` naming the parameter."""
+        for name in ("n_inducing", "latent_dim", "n_epochs", "batch_size", "chunk_size"):
+            _check_int(name, getattr(self, name), minimum=1)
+        for name in ("lr", "jitter"):
+            _check_float(name, getattr(self, name), positive=True)
+        for name in ("embedding_reg", "bias_reg", "kl_weight"):
+            _check_float(name, getattr(self, name), positive=False)
+        _check_choice("lr_schedule", self.lr_schedule, _SCHEDULES)
+        _check_choice("init", self.init, _INITS)
+        _check_choice("dtype", self.dtype, tuple(_DTYPES))
+        for name in ("use_biases", "verbose"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise TypeError(f"`{name}` must be a bool, got {getattr(self, name)!r}")
+        rs = self.random_state
+        if not (rs is None or isinstance(rs, np.random.Generator)
+                or (isinstance(rs, numbers.Integral) and not isinstance(rs, bool) and rs >= 0)):
+            raise ValueError(
+                "`random_state` must be None, a non-negative int or a numpy.random.Generator, "
+                f"got {rs!r}")
+        if not isinstance(self.device, torch.device):
+            if not isinstance(self.device, str) or not (
+                    self.device in _DEVICES or self.device.startswith("cuda:")):
+                raise ValueError(
+                    f"`device` must be one of {_DEVICES}, 'cuda:N' or a torch.device, got {self.device!r}")
+
+    # -- derived values, computed on demand (never stored) -------------------------------
+    def torch_dtype(self) -> torch.dtype:
+        return _DTYPES[self.dtype]
+
+    def torch_device(self) -> torch.device:
+        """Resolve ``device``; 'cuda' without CUDA is an error, 'auto' falls back to the CPU."""
+        dev = self.device
+        if isinstance(dev, torch.device):
+            dev_str = str(dev)
+        else:
+            dev_str = dev
+        if dev_str == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        if dev_str.startswith("cuda") and not torch.cuda.is_available():
+            raise ValueError(
+                f"`device`={dev_str!r} was requested but CUDA is not available in this PyTorch "
+                f"build ({torch.__version__}); use device='cpu' or device='auto'")
+        return torch.device(dev_str)
+
+
+def _check_int(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"`{name}` must be an int >= {minimum}, got {value!r} ({type(value).__name__})")
+    if value < minimum:
+        raise ValueError(f"`{name}` must be an int >= {minimum}, got {value!r}")
+
+
+def _check_float(name: str, value: Any, positive: bool) -> None:
+    rule = "> 0" if positive else ">= 0"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"`{name}` must be a finite real number {rule}, got {value!r}")
+    if not np.isfinite(value) or (value <= 0 if positive else value < 0):
+        raise ValueError(f"`{name}` must be a finite real number {rule}, got {value!r}")
+
+
+def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"`{name}` must be one of {choices}, got {value!r}")

@@ -1,0 +1,158 @@
+"""The trainable MW-GP module: embeddings, mean function, paired inducing points, q(v), noise.
+
+Notation (whitened SVGP, Hensman et al. 2015): u = L v with L L^T = K_mm, q(v) = N(m, S),
+S = L_S L_S^T, p(v) = N(0, I). For a minibatch with cross-covariance K_nm (B x m)
+
+    E[f_n]   = K_nm w,                       w = L^{-T} m
+    Var[f_n] = k_nn + K_nm M K_nm^T (diag),  M = L^{-T} (S - I) L^{-1}
+
+so every rating costs one row of two matrix products with m x m / m-vectors that are formed
+once per batch (no triangular solve per rating). The minibatch ELBO is
+
+    (N / B) * sum_batch E_q[log N(y_n | mu_n + f_n, sigma^2)] - kl_weight * KL(q(v) || p(v)) + log p(embeddings, biases)
+
+where mu_n = c + sum_f bias_f[index_f] is the mean function on standardised ratings.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .kernels import LOG_2PI, cross_kernel, gram, paired_kernel
+from .linalg import safe_cholesky
+
+MIN_NOISE = 1e-4
+
+
+def softplus_inverse(x: Tensor) -> Tensor:
+    return x + torch.log(-torch.expm1(-x))
+
+
+@dataclass
+class WhitenedTerms:
+    """Quantities that depend only on the inducing points and q(v), formed once per batch."""
+
+    w: Tensor  # (m,)
+    M: Tensor  # (m, m)
+
+
+class MWGPModule(nn.Module):
+    """MW-GP parameters for F categorical factors (F = 2: users and items).
+
+    Parameters
+    ----------
+    n_levels : tuple of int
+        Number of distinct levels of each factor, e.g. ``(n_users, n_items)``.
+    latent_dim : int
+        Embedding dimension r of every factor.
+    n_inducing : int
+        Number m of paired inducing points.
+    use_biases : bool
+        Learn one bias per level of each factor.
+    """
+
+    def __init__(self, n_levels: tuple[int, ...], latent_dim: int, n_inducing: int,
+                 use_biases: bool = True) -> None:
+        super().__init__()
+        self.n_levels = tuple(int(n) for n in n_levels)
+        self.latent_dim = int(latent_dim)
+        self.n_inducing = int(n_inducing)
+        self.use_biases = bool(use_biases)
+        n_factors = len(self.n_levels)
+        dim = n_factors * latent_dim
+        self.embeddings = nn.ParameterList(
+            [nn.Parameter(torch.zeros(n, latent_dim)) for n in self.n_levels])
+        self.biases = nn.ParameterList(
+            [nn.Parameter(torch.zeros(n)) for n in self.n_levels] if use_biases else [])
+        self.global_mean = nn.Parameter(torch.zeros(()))
+        self.inducing = nn.Parameter(torch.zeros(n_inducing, dim))
+        self.raw_lengthscale = nn.Parameter(softplus_inverse(torch.ones(dim)))
+        self.raw_outputscale = nn.Parameter(softplus_inverse(torch.tensor(0.5)))
+        self.raw_noise = nn.Parameter(softplus_inverse(torch.tensor(0.5)))
+        self.q_mean = nn.Parameter(torch.zeros(n_inducing))
+        self.q_sqrt = nn.Parameter(torch.eye(n_inducing))
+
+    # -- constrained parameters ------------------------------------------------------------
+    @property
+    def n_factors(self) -> int:
+        return len(self.n_levels)
+
+    def lengthscale(self) -> Tensor:
+        return F.softplus(self.raw_lengthscale)
+
+    def outputscale(self) -> Tensor:
+        return F.softplus(self.raw_outputscale)
+
+    def noise(self) -> Tensor:
+        return F.softplus(self.raw_noise) + MIN_NOISE
+
+    def q_chol(self) -> Tensor:
+        return torch.tril(self.q_sqrt)
+
+    # -- building blocks ---------------------------------------------------------------------
+    def features(self, index: Tensor) -> Tensor:
+        """Concatenated embeddings of index tuples, (B, F) -> (B, F * r)."""
+        return torch.cat([emb[index[:, f]] for f, emb in enumerate(self.embeddings)], dim=-1)
+
+    def prior_mean(self, index: Tensor) -> Tensor:
+        """Mean function c + sum_f bias_f[index_f], shape (B,)."""
+        out = self.global_mean.expand(index.shape[0])
+        for f, bias in enumerate(self.biases):
+            out = out + bias[index[:, f]]
+        return out
+
+    def whitened_terms(self, jitter: float) -> WhitenedTerms:
+        z = self.inducing
+        kmm = paired_kernel(z, z, self.lengthscale(), self.outputscale())
+        chol = safe_cholesky(kmm, jitter, what="K_mm (inducing-point covariance)")
+        eye = torch.eye(self.n_inducing, dtype=z.dtype, device=z.device)
+        linv = torch.linalg.solve_triangular(chol, eye, upper=False)  # L^{-1}
+        g = linv.transpose(-1, -2) @ self.q_chol()  # L^{-T} L_S
+        kinv = linv.transpose(-1, -2) @ linv  # K_mm^{-1}
+        return WhitenedTerms(w=linv.transpose(-1, -2) @ self.q_mean, M=g @ g.transpose(-1, -2) - kinv)
+
+    def latent_moments(self, index: Tensor, terms: WhitenedTerms) -> tuple[Tensor, Tensor]:
+        """Mean (mean function included) and variance of f at index tuples under q."""
+        knm = paired_kernel(self.features(index), self.inducing, self.lengthscale(), self.outputscale())
+        mean = self.prior_mean(index) + knm @ terms.w
+        var = self.outputscale() + ((knm @ terms.M) * knm).sum(-1)
+        return mean, var
+
+    # -- objective terms ---------------------------------------------------------------------
+    def expected_log_lik(self, index: Tensor, y: Tensor, terms: WhitenedTerms) -> Tensor:
+        """sum_n E_q[log N(y_n | f_n, sigma^2)] over the batch.
+
+        Only the sum of the variances enters, so it is computed as
+        B * outputscale + tr(M K^T K): one m x m Gram matrix instead of B quadratic forms.
+        """
+        knm = cross_kernel(self.features(index), self.inducing, self.lengthscale(), self.outputscale())
+        resid = y - self.prior_mean(index) - knm @ terms.w
+        var_sum = index.shape[0] * self.outputscale() + (terms.M * gram(knm)).sum()
+        noise = self.noise()
+        return (-0.5 * index.shape[0] * (LOG_2PI + torch.log(noise))
+                - 0.5 * ((resid * resid).sum() + var_sum) / noise)
+
+    def kl_divergence(self) -> Tensor:
+        """KL(N(m, L_S L_S^T) || N(0, I))."""
+        chol = self.q_chol()
+        logdet = torch.log(torch.diagonal(chol) ** 2).sum()
+        return 0.5 * ((chol ** 2).sum() + (self.q_mean ** 2).sum() - self.n_inducing - logdet)
+
+    def log_prior(self, embedding_reg: float, bias_reg: float) -> Tensor:
+        """Gaussian log prior (up to constants) of embeddings and biases."""
+        out = self.global_mean.new_zeros(())
+        if embedding_reg:
+            out = out - 0.5 * embedding_reg * sum((e ** 2).sum() for e in self.embeddings)
+        if bias_reg and self.use_biases:
+            out = out - 0.5 * bias_reg * sum((b ** 2).sum() for b in self.biases)
+        return out
+
+    def elbo(self, index: Tensor, y: Tensor, n_data: int, jitter: float, kl_weight: float = 1.0,
+             embedding_reg: float = 0.0, bias_reg: float = 0.0) -> Tensor:
+        """Unbiased minibatch estimate of the ELBO plus the log prior of embeddings and biases."""
+        terms = self.whitened_terms(jitter)
+        data = self.expected_log_lik(index, y, terms) * (n_data / index.shape[0])
+        return data - kl_weight * self.kl_divergence() + self.log_prior(embedding_reg, bias_reg)

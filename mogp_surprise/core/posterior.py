@@ -1,0 +1,246 @@
+"""The fitted MW-GP: predictive mean and variance for any index tuples, including unseen levels.
+
+Everything that depends only on the fitted parameters (Cholesky of K_mm, the projections w and
+M, the cold-start expectations) is computed once, in float64, when the posterior is built.
+
+Unseen levels (index -1) are integrated out: the unknown embedding is given the Gaussian that
+matches the moments of the learned embeddings of that factor, its kernel factor is replaced by
+its closed-form expectations (psi statistics), and the unknown bias contributes its empirical
+mean and variance. With random kernel vector k = outputscale * prod_f k_f and
+psi1 = E[k], Psi2 = E[k k^T]:
+
+    E[f]   = psi1^T w
+    Var[f] = outputscale + tr((M + w w^T) Psi2) - (psi1^T w)^2
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .kernels import rbf, rbf_expectations
+from .linalg import safe_cholesky
+from .model import MWGPModule
+
+# tensors that make up a posterior, in the order they are saved
+_TENSORS = ("inducing", "lengthscale", "outputscale", "noise", "global_mean", "w", "M",
+            "emb_mean", "emb_var", "bias_mean", "bias_var", "Q", "v")
+
+
+class MWGPPosterior:
+    """Predictive distribution of a fitted MW-GP on the original rating scale.
+
+    Build it with :meth:`from_module`; it is immutable afterwards. ``predict`` accepts an
+    integer array of shape (n, F) of inner indices where -1 marks a level unseen in training.
+    """
+
+    def __init__(self, tensors: dict[str, Any], embeddings: list[Tensor], biases: list[Tensor],
+                 rating_mean: float, rating_std: float, chunk_size: int = 65536) -> None:
+        for name in _TENSORS:
+            setattr(self, name, tensors[name])
+        self.embeddings = list(embeddings)
+        self.biases = list(biases)
+        self.rating_mean = float(rating_mean)
+        self.rating_std = float(rating_std)
+        self.chunk_size = int(chunk_size)
+
+    # -- construction ------------------------------------------------------------------------
+    @classmethod
+    @torch.no_grad()
+    def from_module(cls, module: MWGPModule, rating_mean: float, rating_std: float, jitter: float,
+                    chunk_size: int = 65536) -> "MWGPPosterior":
+        dtype = module.inducing.dtype
+        f64 = {"dtype": torch.float64}
+        emb = [e.detach().to(**f64) for e in module.embeddings]
+        if module.use_biases:
+            biases = [b.detach().to(**f64) for b in module.biases]
+        else:
+            biases = [torch.zeros(n, dtype=torch.float64, device=module.inducing.device)
+                      for n in module.n_levels]
+        z = module.inducing.detach().to(**f64)
+        ls = module.lengthscale().detach().to(**f64)
+        os_ = module.outputscale().detach().to(**f64)
+        kmm = os_ * rbf(z, z, ls)
+        chol = safe_cholesky(kmm, jitter, what="K_mm (inducing-point covariance)")
+        eye = torch.eye(z.shape[0], dtype=torch.float64, device=z.device)
+        linv_t = torch.linalg.solve_triangular(chol, eye, upper=False).T
+        g = linv_t @ module.q_chol().detach().to(**f64)
+        w = linv_t @ module.q_mean.detach().to(**f64)
+        M = g @ g.T - linv_t @ linv_t.T
+        M = 0.5 * (M + M.T)
+        r = module.latent_dim
+        emb_mean = torch.stack([e.mean(0) for e in emb])
+        emb_var = torch.stack([e.var(0, unbiased=False) if e.shape[0] > 1 else torch.zeros(r, **f64)
+                               for e in emb])
+        emb_var = emb_var.to(z.device).clamp_min(1e-8)
+        bias_mean = torch.stack([b.mean() for b in biases])
+        bias_var = torch.stack([b.var(unbiased=False) if b.shape[0] > 1 else b.new_zeros(())
+                                for b in biases])
+        # per unknown-pattern projections; pattern c has bit f set when factor f is unknown
+        n_factors = len(emb)
+        q_list, v_list = [], []
+        psi = [rbf_expectations(emb_mean[f], emb_var[f], z[:, f * r:(f + 1) * r], ls[f * r:(f + 1) * r])
+               for f in range(n_factors)]
+        for code in range(2 ** n_factors):
+            if code == 0:
+                q_list.append(M)
+                v_list.append(w)
+                continue
+            e_u = torch.ones_like(M)
+            p_u = torch.ones_like(w)
+            for f in range(n_factors):
+                if code >> f & 1:
+                    p_u = p_u * psi[f][0]
+                    e_u = e_u * psi[f][1]
+            q_list.append((M + torch.outer(w, w)) * e_u)
+            v_list.append(w * p_u)
+        tensors = {
+            "inducing": z, "lengthscale": ls, "outputscale": os_, "noise": module.noise().detach().to(**f64),
+            "global_mean": module.global_mean.detach().to(**f64), "w": w, "M": M,
+            "emb_mean": emb_mean, "emb_var": emb_var, "bias_mean": bias_mean, "bias_var": bias_var,
+            "Q": torch.stack(q_list), "v": torch.stack(v_list),
+        }
+        post = cls(tensors, emb, biases, rating_mean, rating_std, chunk_size)
+        return post.to(dtype=dtype)
+
+    # -- properties ----------------------------------------------------------------------------
+    @property
+    def n_levels(self) -> tuple[int, ...]:
+        return tuple(int(e.shape[0]) for e in self.embeddings)
+
+    @property
+    def n_factors(self) -> int:
+        return len(self.embeddings)
+
+    @property
+    def latent_dim(self) -> int:
+        return int(self.embeddings[0].shape[1])
+
+    @property
+    def n_inducing(self) -> int:
+        return int(self.inducing.shape[0])
+
+    @property
+    def device(self) -> torch.device:
+        return self.inducing.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.inducing.dtype
+
+    @property
+    def noise_var(self) -> float:
+        """Learned observation-noise variance on the rating scale."""
+        return float(self.noise) * self.rating_std ** 2
+
+    # -- conversion and persistence --------------------------------------------------------------
+    def to(self, device: Any = None, dtype: torch.dtype | None = None) -> "MWGPPosterior":
+        """A copy on another device and/or floating dtype."""
+        def conv(t: Tensor) -> Tensor:
+            return t.to(device=device if device is not None else t.device, dtype=dtype or t.dtype)
+        tensors = {name: conv(getattr(self, name)) for name in _TENSORS}
+        return MWGPPosterior(tensors, [conv(e) for e in self.embeddings], [conv(b) for b in self.biases],
+                             self.rating_mean, self.rating_std, self.chunk_size)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain dict of CPU tensors and numbers; inverse of :meth:`from_state_dict`."""
+        out: dict[str, Any] = {name: getattr(self, name).detach().cpu() for name in _TENSORS}
+        out["embeddings"] = [e.detach().cpu() for e in self.embeddings]
+        out["biases"] = [b.detach().cpu() for b in self.biases]
+        out.update(rating_mean=self.rating_mean, rating_std=self.rating_std, chunk_size=self.chunk_size)
+        return out
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, Any]) -> "MWGPPosterior":
+        missing = [k for k in (*_TENSORS, "embeddings", "biases", "rating_mean", "rating_std")
+                   if k not in state]
+        if missing:
+            raise ValueError(f"posterior state is missing the entries {missing}")
+        return cls({k: state[k] for k in _TENSORS}, state["embeddings"], state["biases"],
+                   state["rating_mean"], state["rating_std"], state.get("chunk_size", 65536))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return self.state_dict()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(MWGPPosterior.from_state_dict(state).__dict__)
+
+    # -- prediction ------------------------------------------------------------------------------
+    def predict(self, index: np.ndarray, include_noise: bool = True,
+                chunk_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Predictive mean and variance on the rating scale.
+
+        Parameters
+        ----------
+        index : int ndarray of shape (n, F)
+            Inner indices; -1 marks a level unseen in training.
+        include_noise : bool, default=True
+            Variance of the observed rating y = f + noise (True) or of the latent f (False).
+        chunk_size : int, optional
+            Pairs per chunk (bounds memory); defaults to the fitted ``chunk_size``.
+
+        Returns
+        -------
+        mean, var : ndarray of shape (n,), float64
+        """
+        index = np.asarray(index)
+        if index.ndim != 2 or index.shape[1] != self.n_factors:
+            raise ValueError(f"`index` must have shape (n, {self.n_factors}), got {index.shape}")
+        n = index.shape[0]
+        mean = np.empty(n, dtype=np.float64)
+        var = np.empty(n, dtype=np.float64)
+        step = int(chunk_size or self.chunk_size)
+        with torch.no_grad():
+            for start in range(0, n, step):
+                chunk = torch.as_tensor(index[start:start + step], dtype=torch.long, device=self.device)
+                m, v = self._latent_chunk(chunk)
+                if include_noise:
+                    v = v + self.noise
+                mean[start:start + step] = (m * self.rating_std + self.rating_mean).double().cpu().numpy()
+                var[start:start + step] = (v * self.rating_std ** 2).double().cpu().numpy()
+        return mean, var
+
+    def _latent_chunk(self, index: Tensor) -> tuple[Tensor, Tensor]:
+        n_factors = self.n_factors
+        unknown = index < 0
+        code = (unknown.long() * (2 ** torch.arange(n_factors, device=index.device))).sum(1)
+        codes = torch.unique(code).tolist()
+        mean = torch.empty(index.shape[0], dtype=self.dtype, device=self.device)
+        var = torch.empty_like(mean)
+        for c in codes:
+            rows = None if len(codes) == 1 else (code == c).nonzero().squeeze(1)
+            sub = index if rows is None else index[rows]
+            m, v = self._latent_pattern(sub, c)
+            if rows is None:
+                mean, var = m, v
+            else:
+                mean[rows], var[rows] = m, v
+        return mean, var
+
+    def _latent_pattern(self, index: Tensor, code: int) -> tuple[Tensor, Tensor]:
+        """Moments of f for rows that share one pattern of unknown factors."""
+        r = self.latent_dim
+        known = [f for f in range(self.n_factors) if not code >> f & 1]
+        unknown = [f for f in range(self.n_factors) if code >> f & 1]
+        if known:
+            x = torch.cat([self.embeddings[f][index[:, f]] for f in known], dim=-1)
+            dims = torch.cat([torch.arange(f * r, (f + 1) * r, device=self.device) for f in known])
+            kk = self.outputscale * rbf(x, self.inducing[:, dims], self.lengthscale[dims])
+        else:
+            kk = self.outputscale * torch.ones(index.shape[0], self.n_inducing, dtype=self.dtype,
+                                               device=self.device)
+        proj = kk @ self.v[code]
+        mean = self.global_mean + proj
+        var = self.outputscale + ((kk @ self.Q[code]) * kk).sum(-1)
+        for f in known:
+            mean = mean + self.biases[f][index[:, f]]
+        if unknown:
+            var = var - proj ** 2
+            for f in unknown:
+                mean = mean + self.bias_mean[f]
+                var = var + self.bias_var[f]
+        floor = torch.finfo(self.dtype).eps * self.outputscale
+        return mean, torch.maximum(var, floor)
+

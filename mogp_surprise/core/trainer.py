@@ -1,0 +1,146 @@
+"""Fit MW-GP by maximising the minibatch ELBO with Adam."""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from .config import MWGPConfig
+from .errors import NumericalError
+from .initialization import initialise
+from .model import MWGPModule
+from .posterior import MWGPPosterior
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class FitResult:
+    """What :func:`fit_mwgp` returns."""
+
+    posterior: MWGPPosterior
+    loss_history: list[float] = field(default_factory=list)  # negative ELBO per rating, per epoch
+    fit_time: float = 0.0
+    n_data: int = 0
+
+
+def validate_training_data(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...]) -> None:
+    """Raise ``ValueError`` naming the problem if the training arrays are unusable."""
+    if index.ndim != 2 or index.shape[1] != len(n_levels):
+        raise ValueError(f"`index` must have shape (n, {len(n_levels)}), got {index.shape}")
+    if ratings.ndim != 1 or ratings.shape[0] != index.shape[0]:
+        raise ValueError(f"`ratings` must have shape ({index.shape[0]},) to match `index`, got {ratings.shape}")
+    if index.shape[0] == 0:
+        raise ValueError("cannot fit on 0 ratings: the training data are empty")
+    if not np.issubdtype(index.dtype, np.integer):
+        raise ValueError(f"`index` must hold integers, got dtype {index.dtype}")
+    if not np.issubdtype(ratings.dtype, np.number) or np.issubdtype(ratings.dtype, np.complexfloating):
+        raise ValueError(f"ratings must be real numbers, got dtype {ratings.dtype}")
+    bad = ~np.isfinite(ratings)
+    if bad.any():
+        pos = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"ratings must be finite; {int(bad.sum())} are NaN/inf (first at row {pos}: "
+                         f"{ratings[pos]!r})")
+    for f, n in enumerate(n_levels):
+        col = index[:, f]
+        if col.min() < 0 or col.max() >= n:
+            raise ValueError(f"`index[:, {f}]` must lie in [0, {n}), got range [{col.min()}, {col.max()}]")
+
+
+def _generator(random_state) -> tuple[np.random.Generator, torch.Generator]:
+    rng = random_state if isinstance(random_state, np.random.Generator) else np.random.default_rng(random_state)
+    gen = torch.Generator(device="cpu")
+    gen.manual_seed(int(rng.integers(0, 2 ** 62)))
+    return rng, gen
+
+
+def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
+             config: MWGPConfig | None = None) -> FitResult:
+    """Train MW-GP on observed tuples.
+
+    Parameters
+    ----------
+    index : int ndarray of shape (n_ratings, F)
+        Inner indices of each factor (F = 2: user, item), in ``[0, n_levels[f])``.
+    ratings : float ndarray of shape (n_ratings,)
+    n_levels : tuple of int, length F
+        Number of levels of each factor.
+    config : MWGPConfig, optional
+
+    Returns
+    -------
+    FitResult
+        The fitted posterior and the per-epoch loss history.
+    """
+    config = config or MWGPConfig()
+    index = np.asarray(index)
+    ratings = np.asarray(ratings)
+    validate_training_data(index, ratings, tuple(n_levels))
+    device, dtype = config.torch_device(), config.torch_dtype()
+    started = time.perf_counter()
+    _, gen = _generator(config.random_state)
+
+    ratings = ratings.astype(np.float64)
+    rating_mean = float(ratings.mean())
+    rating_std = float(ratings.std())
+    if not rating_std > 1e-12:  # all ratings equal: keep the scale, let the noise shrink
+        rating_std = 1.0
+    n = index.shape[0]
+    idx_t = torch.as_tensor(index, dtype=torch.long)
+    y_t = torch.as_tensor((ratings - rating_mean) / rating_std, dtype=dtype)
+
+    module = MWGPModule(tuple(n_levels), config.latent_dim, config.n_inducing, config.use_biases).to(dtype=dtype)
+    initialise(module, idx_t, y_t, config.init, gen)
+    module = module.to(device)
+    idx_t, y_t = idx_t.to(device), y_t.to(device)
+
+    batch = min(config.batch_size, n)
+    steps_per_epoch = math.ceil(n / batch)
+    total_steps = config.n_epochs * steps_per_epoch
+    optimizer = torch.optim.Adam(module.parameters(), lr=config.lr)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(config.lr_schedule, total_steps))
+
+    history: list[float] = []
+    bar = tqdm(range(config.n_epochs), desc="MW-GP", unit="epoch", disable=not config.verbose, leave=False)
+    for epoch in bar:
+        perm = torch.randperm(n, generator=gen).to(device)
+        total = 0.0
+        for start in range(0, n, batch):
+            rows = perm[start:start + batch]
+            elbo = module.elbo(idx_t[rows], y_t[rows], n, config.jitter, config.kl_weight,
+                               config.embedding_reg, config.bias_reg)
+            loss = -elbo / n
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            value = float(loss.detach())
+            if not math.isfinite(value):
+                raise NumericalError(
+                    f"the training loss became {value} at epoch {epoch + 1}; lower `lr` "
+                    f"(now {config.lr}), increase `jitter` (now {config.jitter}) or use dtype='float64'")
+            optimizer.step()
+            scheduler.step()
+            total += value * rows.shape[0]
+        history.append(total / n)
+        bar.set_postfix(loss=f"{history[-1]:.4f}")
+        logger.debug("epoch %d: negative ELBO per rating %.5f", epoch + 1, history[-1])
+
+    posterior = MWGPPosterior.from_module(module, rating_mean, rating_std, config.jitter, config.chunk_size)
+    elapsed = time.perf_counter() - started
+    logger.info("MW-GP fitted on %d ratings in %.1f s (final loss %.4f)", n, elapsed, history[-1])
+    return FitResult(posterior=posterior, loss_history=history, fit_time=elapsed, n_data=n)
+
+
+def _schedule(kind: str, total_steps: int):
+    if kind == "constant":
+        return lambda step: 1.0
+    floor = 0.05
+
+    def cosine(step: int) -> float:
+        progress = min(step / max(total_steps, 1), 1.0)
+        return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    return cosine
