@@ -1,7 +1,8 @@
 """The fitted MW-GP: predictive mean and variance for any index tuples, including unseen levels.
 
 Everything that depends only on the fitted parameters (Cholesky of K_mm, the projections w and
-M, the cold-start expectations) is computed once, in float64, when the posterior is built.
+M, each factor's cold-start kernel expectations) is computed once, in float64, when the
+posterior is built; a pattern of several unknown factors combines them with O(m^2) work.
 
 Unseen levels (index -1) are integrated out: the unknown embedding is given the Gaussian that
 matches the moments of the learned embeddings of that factor, its kernel factor is replaced by
@@ -26,7 +27,7 @@ from .model import MWGPModule
 
 # tensors that make up a posterior, in the order they are saved
 _TENSORS = ("inducing", "lengthscale", "outputscale", "noise", "global_mean", "w", "M",
-            "emb_mean", "emb_var", "bias_mean", "bias_var", "Q", "v")
+            "emb_mean", "emb_var", "bias_mean", "bias_var", "psi1", "psi2")
 
 
 class MWGPPosterior:
@@ -78,29 +79,14 @@ class MWGPPosterior:
         bias_mean = torch.stack([b.mean() for b in biases])
         bias_var = torch.stack([b.var(unbiased=False) if b.shape[0] > 1 else b.new_zeros(())
                                 for b in biases])
-        # per unknown-pattern projections; pattern c has bit f set when factor f is unknown
-        n_factors = len(emb)
-        q_list, v_list = [], []
+        # expectations of each factor's kernel under its cold-start distribution
         psi = [rbf_expectations(emb_mean[f], emb_var[f], z[:, f * r:(f + 1) * r], ls[f * r:(f + 1) * r])
-               for f in range(n_factors)]
-        for code in range(2 ** n_factors):
-            if code == 0:
-                q_list.append(M)
-                v_list.append(w)
-                continue
-            e_u = torch.ones_like(M)
-            p_u = torch.ones_like(w)
-            for f in range(n_factors):
-                if code >> f & 1:
-                    p_u = p_u * psi[f][0]
-                    e_u = e_u * psi[f][1]
-            q_list.append((M + torch.outer(w, w)) * e_u)
-            v_list.append(w * p_u)
+               for f in range(len(emb))]
         tensors = {
             "inducing": z, "lengthscale": ls, "outputscale": os_, "noise": module.noise().detach().to(**f64),
             "global_mean": module.global_mean.detach().to(**f64), "w": w, "M": M,
             "emb_mean": emb_mean, "emb_var": emb_var, "bias_mean": bias_mean, "bias_var": bias_var,
-            "Q": torch.stack(q_list), "v": torch.stack(v_list),
+            "psi1": torch.stack([p[0] for p in psi]), "psi2": torch.stack([p[1] for p in psi]),
         }
         post = cls(tensors, emb, biases, rating_mean, rating_std, chunk_size)
         return post.to(dtype=dtype)
@@ -231,9 +217,17 @@ class MWGPPosterior:
         else:
             kk = self.outputscale * torch.ones(index.shape[0], self.n_inducing, dtype=self.dtype,
                                                device=self.device)
-        proj = kk @ self.v[code]
+        if unknown:  # (M + w w^T) ⊙ Psi2_U and w ⊙ psi1_U: m x m work per chunk and pattern
+            quad = self.M + torch.outer(self.w, self.w)
+            lin = self.w
+            for f in unknown:
+                quad = quad * self.psi2[f]
+                lin = lin * self.psi1[f]
+        else:
+            quad, lin = self.M, self.w
+        proj = kk @ lin
         mean = self.global_mean + proj
-        var = self.outputscale + ((kk @ self.Q[code]) * kk).sum(-1)
+        var = self.outputscale + ((kk @ quad) * kk).sum(-1)
         for f in known:
             mean = mean + self.biases[f][index[:, f]]
         if unknown:

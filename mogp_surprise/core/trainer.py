@@ -37,6 +37,8 @@ def validate_training_data(index: np.ndarray, ratings: np.ndarray, n_levels: tup
         raise ValueError(f"`ratings` must have shape ({index.shape[0]},) to match `index`, got {ratings.shape}")
     if index.shape[0] == 0:
         raise ValueError("cannot fit on 0 ratings: the training data are empty")
+    if index.shape[0] < 2:
+        raise ValueError("MW-GP needs at least 2 ratings to fit, got 1 (n_samples=1)")
     if not np.issubdtype(index.dtype, np.integer):
         raise ValueError(f"`index` must hold integers, got dtype {index.dtype}")
     if not np.issubdtype(ratings.dtype, np.number) or np.issubdtype(ratings.dtype, np.complexfloating):

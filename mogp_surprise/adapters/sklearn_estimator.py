@@ -1,0 +1,177 @@
+"""MW-GP as a scikit-learn regressor over (user, item[, context]) id columns."""
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.exceptions import DataConversionWarning
+from sklearn.utils.validation import check_is_fitted
+
+from ..core.trainer import fit_mwgp
+from ._common import PARAMS_DOC, HyperParamsMixin, IdEncoder, check_id_column
+
+class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
+    __doc__ = f"""Multi-output GP matrix factorisation (MW-GP) as a scikit-learn regressor.
+
+    ``X`` holds categorical ids, one column per factor: ``(user, item)``, optionally followed by
+    context columns (e.g. a time bin), each with its own embedding and kernel factor
+    (k = k_user * k_item * k_context). Every column is treated as categorical ids, never as a
+    numeric feature. Ids may be ints, strings or any hashable values; a
+    DataFrame's column names are remembered. Ids unseen in ``fit`` are allowed at prediction
+    time (cold start: wider variance).
+
+    ``predict(X, return_std=True)`` returns the predictive mean and standard deviation of the
+    observed rating (noise included); ``predict_dist(X)`` returns ``(mean, var)`` with
+    ``var == std ** 2``.
+
+    Parameters
+    ----------
+    {PARAMS_DOC}
+    Attributes
+    ----------
+    posterior_ : MWGPPosterior
+    encoders_ : list of IdEncoder
+        Raw id -> inner index maps, one per column of ``X``.
+    n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        Only when ``X`` was a DataFrame with string column names.
+    loss_history_ : list of float
+    fit_time_ : float
+    """
+
+    def fit(self, X: Any, y: Any) -> "MWGPRegressor":
+        """Fit on id columns ``X`` of shape (n_ratings, n_factors >= 2) and ratings ``y`` of shape (n_ratings,)."""
+        config = self._config()
+        columns, names = _split_columns(X, expected=None)
+        y = _check_target(y, len(columns[0]))
+        self.n_features_in_ = len(columns)
+        if names is not None:
+            self.feature_names_in_ = np.asarray(names, dtype=object)
+        elif hasattr(self, "feature_names_in_"):
+            del self.feature_names_in_
+        self.encoders_ = [IdEncoder(name, col) for name, col in zip(_labels(names, len(columns)), columns)]
+        index = np.stack([enc._train_codes for enc in self.encoders_], axis=1).astype(np.int64)
+        result = fit_mwgp(index, y, tuple(enc.n_levels for enc in self.encoders_), config)
+        self.posterior_ = result.posterior
+        self.loss_history_ = result.loss_history
+        self.fit_time_ = result.fit_time
+        return self
+
+    def predict_dist(self, X: Any, include_noise: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """Predictive mean and variance, each of shape (n_samples,).
+
+        ``include_noise=False`` gives the variance of the latent preference f instead of the
+        observed rating.
+        """
+        check_is_fitted(self, "posterior_")
+        columns, names = _split_columns(X, expected=self.n_features_in_)
+        self._check_names(names)
+        index = np.stack([enc.transform(col) for enc, col in zip(self.encoders_, columns)], axis=1)
+        return self.posterior_.predict(index.reshape(-1, self.n_features_in_), include_noise=include_noise)
+
+    def predict(self, X: Any, return_std: bool = False):
+        """Predictive mean, and with ``return_std=True`` also the standard deviation."""
+        mean, var = self.predict_dist(X)
+        return (mean, np.sqrt(var)) if return_std else mean
+
+    def _check_names(self, names: list[str] | None) -> None:
+        fitted = getattr(self, "feature_names_in_", None)
+        if fitted is not None and names is not None and list(names) != list(fitted):
+            raise ValueError(f"X has columns {list(names)}, but {type(self).__name__} was fitted with "
+                             f"columns {list(fitted)}")
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.categorical = True
+        tags.input_tags.string = True
+        tags.input_tags.allow_nan = False
+        tags.non_deterministic = False
+        # scikit-learn's generic regression checks feed continuous features; this estimator treats
+        # every value as a categorical id (each one a new level), so their R^2 bar does not apply
+        tags.regressor_tags.poor_score = True
+        return tags
+
+
+def _labels(names: list[str] | None, n: int) -> list[str]:
+    if names is not None:
+        return list(names)
+    return ["user", "item", "context"][:n] + [f"context{k}" for k in range(2, n - 1)]
+
+
+def _split_columns(X: Any, expected: int | None) -> tuple[list[np.ndarray], list[str] | None]:
+    """Id columns of X as 1-D arrays, with their names when X is a DataFrame."""
+    if X is None:
+        raise ValueError("X must be an array-like or DataFrame of id columns (user, item[, context]), got None")
+    names = None
+    if isinstance(X, pd.DataFrame):
+        if all(isinstance(c, str) for c in X.columns):
+            names = [str(c) for c in X.columns]
+        columns = [X.iloc[:, k].to_numpy() for k in range(X.shape[1])]
+        n_rows = X.shape[0]
+    else:
+        if hasattr(X, "toarray") or hasattr(X, "tocsr"):
+            raise TypeError("X must be dense id columns; sparse matrices are not supported")
+        arr = np.asarray(X, dtype=None if _uniform(X) else object)
+        if arr.ndim != 2:
+            raise ValueError(f"X must be 2-D with one column per factor (user, item[, context]); got an array "
+                             f"with {arr.ndim} dimension(s) and shape {arr.shape}. Reshape your data, e.g. a "
+                             "single pair as [[user, item]].")
+        columns = [arr[:, k] for k in range(arr.shape[1])]
+        n_rows = arr.shape[0]
+    n_cols = len(columns)
+    for col in columns:
+        if col.dtype.kind == "c":
+            raise ValueError("Complex data not supported: X must hold id values")
+    if expected is None and n_cols < 2:
+        raise ValueError(f"X has {n_cols} feature(s) (shape=({n_rows}, {n_cols})) while a minimum of 2 is "
+                         "required: one id column per factor (user, item[, context...])")
+    if expected is not None and n_cols != expected:
+        raise ValueError(f"X has {n_cols} features, but MWGPRegressor is expecting {expected} features as input "
+                         f"(the id columns seen in fit)")
+    if expected is None and n_rows < 2:
+        raise ValueError(f"Found array with {n_rows} sample(s) (shape=({n_rows}, {n_cols})) while a minimum of "
+                         "2 is required: MW-GP needs at least 2 ratings (n_samples=1 cannot be fitted)")
+    for name, col in zip(_labels(names, n_cols), columns):
+        check_id_column(name, col)
+    return columns, names
+
+
+def _uniform(X: Any) -> bool:
+    return isinstance(X, np.ndarray) and X.dtype.kind != "O"
+
+
+def _check_target(y: Any, n_rows: int) -> np.ndarray:
+    if y is None:
+        raise ValueError("MWGPRegressor requires y to be passed, but the target y is None (y: the ratings)")
+    arr = np.asarray(y.to_numpy() if isinstance(y, (pd.Series, pd.DataFrame)) else y)
+    if arr.ndim == 2 and arr.shape[1] == 1:
+        warnings.warn("A column-vector y was passed when a 1d array was expected; y is raveled to shape "
+                      "(n_samples,)", DataConversionWarning, stacklevel=3)
+        arr = arr[:, 0]
+    if arr.ndim != 1:
+        raise ValueError(f"y must be 1-D ratings of shape (n_samples,), got shape {arr.shape}")
+    if arr.shape[0] != n_rows:
+        raise ValueError(f"X and y have inconsistent lengths: X has {n_rows} rows, y has {arr.shape[0]}")
+    if arr.dtype.kind not in "biuf":
+        try:
+            arr = arr.astype(np.float64)
+        except (TypeError, ValueError):
+            bad = next((v for v in arr if not _is_number(v)), arr[0])
+            raise ValueError(f"y must hold numeric ratings; found {bad!r} ({type(bad).__name__})") from None
+    arr = arr.astype(np.float64)
+    if not np.isfinite(arr).all():
+        pos = int(np.flatnonzero(~np.isfinite(arr))[0])
+        raise ValueError(f"y must be finite; found {int((~np.isfinite(arr)).sum())} NaN/inf ratings "
+                         f"(first at row {pos}: {arr[pos]!r})")
+    return arr
+
+
+def _is_number(v: Any) -> bool:
+    try:
+        float(v)
+        return not isinstance(v, (str, bytes))
+    except (TypeError, ValueError):
+        return False

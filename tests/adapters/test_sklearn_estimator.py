@@ -1,0 +1,117 @@
+"""The scikit-learn adapter: estimator checks, DataFrame/ndarray input, pipelines, persistence."""
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.base import clone
+from sklearn.compose import ColumnTransformer
+from sklearn.exceptions import NotFittedError
+from sklearn.model_selection import GridSearchCV, train_test_split
+from sklearn.pipeline import make_pipeline
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from mogp_surprise import MWGP, MWGPRegressor
+from tests.conftest import FAST
+
+TINY = {"n_epochs": 2, "n_inducing": 8, "batch_size": 64, "random_state": 0}
+EXPECTED_FAILED_CHECKS: dict[str, str] = {}  # none: every scikit-learn check passes
+
+
+@parametrize_with_checks([MWGPRegressor(**TINY)], expected_failed_checks=lambda est: EXPECTED_FAILED_CHECKS)
+def test_sklearn_estimator_checks(estimator, check):
+    check(estimator)
+
+
+@pytest.fixture(scope="module")
+def xy(synthetic_df):
+    X = synthetic_df[["user", "item"]]
+    return train_test_split(X, synthetic_df["rating"], test_size=0.2, random_state=0)
+
+
+@pytest.fixture(scope="module")
+def fitted(xy):
+    X_train, _, y_train, _ = xy
+    return MWGPRegressor(**FAST).fit(X_train, y_train)
+
+
+def test_same_hyper_parameters_as_surprise_adapter():
+    assert MWGPRegressor().get_params() == {k: getattr(MWGP(), k) for k in MWGPRegressor().get_params()}
+    assert set(MWGPRegressor().get_params()) == set(MWGP()._hyper_params())
+
+
+def test_predict_std_and_dist_agree(fitted, xy):
+    _, X_test, _, y_test = xy
+    mean, std = fitted.predict(X_test, return_std=True)
+    m2, var = fitted.predict_dist(X_test)
+    np.testing.assert_array_equal(mean, m2)
+    np.testing.assert_allclose(std ** 2, var, rtol=1e-12)
+    np.testing.assert_array_equal(fitted.predict(X_test), mean)
+    assert mean.shape == std.shape == (len(X_test),) and np.all(std > 0)
+    rmse = np.sqrt(np.mean((mean - y_test.to_numpy()) ** 2))
+    assert rmse < np.std(y_test.to_numpy())  # better than predicting the mean
+
+
+def test_dataframe_and_ndarray_inputs_agree(fitted, xy):
+    _, X_test, _, _ = xy
+    from_df = fitted.predict(X_test)
+    from_array = fitted.predict(X_test.to_numpy())
+    np.testing.assert_array_equal(from_df, from_array)
+    assert list(fitted.feature_names_in_) == ["user", "item"]
+    with pytest.raises(ValueError, match="fitted with columns"):
+        fitted.predict(X_test.rename(columns={"user": "u"}))
+    with pytest.raises(ValueError, match="expecting 2 features"):
+        fitted.predict(X_test.assign(extra=1))
+
+
+def test_integer_ids_and_unseen_ids(synthetic_df):
+    X = np.column_stack([synthetic_df["user"].str[1:].astype(int), synthetic_df["item"].str[1:].astype(int)])
+    est = MWGPRegressor(**FAST).fit(X, synthetic_df["rating"].to_numpy())
+    _, std_known = est.predict(X[:200], return_std=True)
+    _, std_new = est.predict(np.column_stack([np.full(200, 10 ** 9), X[:200, 1]]), return_std=True)
+    assert std_new.mean() > std_known.mean()
+
+
+def test_context_column(synthetic_df):
+    X = synthetic_df[["user", "item"]].assign(context=np.arange(len(synthetic_df)) % 3)
+    est = MWGPRegressor(**FAST).fit(X, synthetic_df["rating"])
+    assert est.posterior_.n_factors == 3 and est.n_features_in_ == 3
+    assert np.isfinite(est.predict(X.iloc[:10])).all()
+
+
+def test_not_fitted():
+    with pytest.raises(NotFittedError):
+        MWGPRegressor().predict([["u", "i"]])
+
+
+def test_clone_pipeline_and_grid_search(xy):
+    X_train, X_test, y_train, _ = xy
+    pipe = make_pipeline(ColumnTransformer([("ids", "passthrough", ["user", "item"])]), MWGPRegressor(**TINY))
+    assert clone(pipe).get_params()["mwgpregressor__n_inducing"] == 8
+    gs = GridSearchCV(pipe, {"mwgpregressor__n_inducing": [4, 8], "mwgpregressor__latent_dim": [2, 3]}, cv=2)
+    gs.fit(X_train, y_train)
+    assert gs.best_params_["mwgpregressor__n_inducing"] in (4, 8)
+    assert gs.predict(X_test).shape == (len(X_test),)
+
+
+def test_pickle_round_trip(fitted, xy):
+    _, X_test, _, _ = xy
+    again = pickle.loads(pickle.dumps(fitted))
+    for a, b in zip(fitted.predict(X_test, return_std=True), again.predict(X_test, return_std=True)):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("X, y, error, match", [
+    ([["u", "i"], ["v", "j"]], [1.0], ValueError, "inconsistent lengths"),
+    ([["u"], ["v"]], [1.0, 2.0], ValueError, "1 feature"),
+    ([["u", "i"], ["v", "j"]], [1.0, np.nan], ValueError, "finite"),
+    ([["u", "i"], ["v", "j"]], ["a", "b"], ValueError, "numeric"),
+    ([["u", "i"], [None, "j"]], [1.0, 2.0], ValueError, "None"),
+    (pd.DataFrame({"user": ["u", 3], "item": ["i", "j"]}), [1.0, 2.0], TypeError, "mixes id types"),
+    ([["u", "i"]], [1.0], ValueError, "at least 2 ratings"),
+])
+def test_bad_input(X, y, error, match):
+    with pytest.raises(error, match=match):
+        MWGPRegressor(**TINY).fit(X, y)
