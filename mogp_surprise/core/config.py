@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import re
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -114,7 +115,7 @@ class MWGPConfig:
                 f"got {rs!r}")
         if not isinstance(self.device, torch.device):
             if not isinstance(self.device, str) or not (
-                    self.device in _DEVICES or self.device.startswith("cuda:")):
+                    self.device in _DEVICES or re.fullmatch(r"cuda:\d+", self.device)):
                 raise ValueError(
                     f"`device` must be one of {_DEVICES}, 'cuda:N' or a torch.device, got {self.device!r}")
 

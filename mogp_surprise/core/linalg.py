@@ -28,7 +28,9 @@ def safe_cholesky(matrix: Tensor, jitter: float, what: str = "K_mm") -> Tensor:
         if not bool((info > 0).any()):
             return chol
         if step < MAX_JITTER_STEPS:
-            nxt = current * 10.0
+            # x10; from jitter=0 start at a millionth of the mean diagonal
+            nxt = current * 10.0 if current > 0 else max(1e-6 * float(torch.diagonal(matrix).abs().mean()),
+                                                         float(torch.finfo(matrix.dtype).eps))
             warnings.warn(
                 f"Cholesky factorisation of {what} failed with jitter={current:.1e}; retrying with "
                 f"jitter={nxt:.1e}. Consider a larger `jitter`, fewer `n_inducing` or dtype='float64'.",

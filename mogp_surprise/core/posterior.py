@@ -45,7 +45,7 @@ class MWGPPosterior:
         self.biases = list(biases)
         self.rating_mean = float(rating_mean)
         self.rating_std = float(rating_std)
-        self.chunk_size = int(chunk_size)
+        self.chunk_size = _check_chunk_size(chunk_size)
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
@@ -174,10 +174,17 @@ class MWGPPosterior:
         index = np.asarray(index)
         if index.ndim != 2 or index.shape[1] != self.n_factors:
             raise ValueError(f"`index` must have shape (n, {self.n_factors}), got {index.shape}")
+        if index.size and not np.issubdtype(index.dtype, np.integer):
+            raise ValueError(f"`index` must hold integers, got dtype {index.dtype}")
+        for f, n_levels in enumerate(self.n_levels):
+            col = index[:, f]
+            if col.size and (col.min() < -1 or col.max() >= n_levels):
+                raise ValueError(f"`index[:, {f}]` must lie in [-1, {n_levels}) (-1 = unseen in training), got "
+                                 f"range [{col.min()}, {col.max()}]")
         n = index.shape[0]
         mean = np.empty(n, dtype=np.float64)
         var = np.empty(n, dtype=np.float64)
-        step = int(chunk_size or self.chunk_size)
+        step = self.chunk_size if chunk_size is None else _check_chunk_size(chunk_size)
         with torch.no_grad():
             for start in range(0, n, step):
                 chunk = torch.as_tensor(index[start:start + step], dtype=torch.long, device=self.device)
@@ -238,3 +245,8 @@ class MWGPPosterior:
         floor = torch.finfo(self.dtype).eps * self.outputscale
         return mean, torch.maximum(var, floor)
 
+
+def _check_chunk_size(chunk_size) -> int:
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
+        raise ValueError(f"`chunk_size` must be an int >= 1, got {chunk_size!r}")
+    return int(chunk_size)

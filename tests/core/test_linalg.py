@@ -1,0 +1,111 @@
+"""safe_cholesky: jitter escalation with MWGPNumericalWarning, NumericalError with advice when hopeless."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from mogp_surprise.core import MWGPModule, MWGPNumericalWarning, MWGPPosterior, NumericalError
+from mogp_surprise.core.linalg import MAX_JITTER_STEPS, safe_cholesky
+
+
+def _with_eigenvalues(eigs: list[float], seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    q, _ = torch.linalg.qr(torch.randn(len(eigs), len(eigs), generator=gen, dtype=torch.float64))
+    a = q @ torch.diag(torch.tensor(eigs, dtype=torch.float64)) @ q.T
+    return 0.5 * (a + a.T)
+
+
+def _numerical_warnings(record) -> list[warnings.WarningMessage]:
+    return [w for w in record if issubclass(w.category, MWGPNumericalWarning)]
+
+
+def test_positive_definite_needs_no_escalation() -> None:
+    a = _with_eigenvalues([3.0, 1.0, 0.5, 0.2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MWGPNumericalWarning)
+        chol = safe_cholesky(a, 1e-6)
+    np.testing.assert_allclose((chol @ chol.T).numpy(), (a + 1e-6 * torch.eye(4, dtype=a.dtype)).numpy(),
+                               rtol=1e-12, atol=1e-12)
+    assert torch.equal(chol, torch.tril(chol))
+
+
+def test_jitter_escalates_with_warnings_then_succeeds() -> None:
+    # smallest eigenvalue -5e-10: jitter 1e-12, 1e-11, 1e-10 cannot fix it, 1e-9 can
+    a = _with_eigenvalues([2.0, 1.0, 0.5, -5e-10])
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        chol = safe_cholesky(a, 1e-12, what="my matrix")
+    warned = _numerical_warnings(record)
+    assert len(warned) == MAX_JITTER_STEPS == 3
+    messages = [str(w.message) for w in warned]
+    assert all("my matrix" in msg for msg in messages)
+    assert "jitter=1.0e-12" in messages[0] and "jitter=1.0e-11" in messages[0]
+    assert "jitter=1.0e-09" in messages[-1]
+    np.testing.assert_allclose((chol @ chol.T).numpy(), (a + 1e-9 * torch.eye(4, dtype=a.dtype)).numpy(),
+                               atol=1e-12)
+
+
+def test_strongly_indefinite_matrix_raises_numerical_error_with_advice() -> None:
+    a = _with_eigenvalues([1.0, 1.0, -1.0])
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        with pytest.raises(NumericalError) as info:
+            safe_cholesky(a, 1e-6)
+    assert len(_numerical_warnings(record)) == MAX_JITTER_STEPS
+    msg = str(info.value)
+    assert "K_mm" in msg
+    assert "jitter=1.0e-03" in msg  # the last jitter tried
+    assert "Increase `jitter`" in msg and "float64" in msg
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_matrix_raises_numerical_error_without_retrying(bad: float) -> None:
+    a = torch.eye(3, dtype=torch.float64)
+    a[1, 2] = a[2, 1] = bad
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        with pytest.raises(NumericalError, match="NaN or inf") as info:
+            safe_cholesky(a, 1e-6)
+    assert not _numerical_warnings(record)
+    assert "`lr`" in str(info.value)  # says what to change
+
+
+def _degenerate_module(monkeypatch) -> MWGPModule:
+    """A float64 module whose K_mm is exactly the all-ones matrix (singular).
+
+    Duplicate-free random inducing points, but a huge lengthscale makes every kernel value
+    exp(-~1e-20) == 1.0 exactly, and the outputscale is patched to exactly 1.0.
+    """
+    gen = torch.Generator().manual_seed(0)
+    mod = MWGPModule((3, 3), 2, 4).double()
+    with torch.no_grad():
+        mod.inducing.copy_(torch.randn(4, 4, generator=gen, dtype=torch.float64))
+    monkeypatch.setattr(mod, "lengthscale", lambda: torch.full((4,), 1e10, dtype=torch.float64))
+    monkeypatch.setattr(mod, "outputscale", lambda: torch.tensor(1.0, dtype=torch.float64))
+    return mod
+
+
+def test_singular_kmm_in_model_warns_and_recovers(monkeypatch) -> None:
+    mod = _degenerate_module(monkeypatch)
+    # 1 + 1e-16 == 1 in float64: the first attempt factorises an exactly singular matrix;
+    # by jitter 1e-13 the matrix is safely positive definite
+    with pytest.warns(MWGPNumericalWarning, match="K_mm"):
+        terms = mod.whitened_terms(1e-16)
+    assert torch.isfinite(terms.M).all() and torch.isfinite(terms.w).all()
+    with pytest.warns(MWGPNumericalWarning, match="K_mm"):
+        post = MWGPPosterior.from_module(mod, rating_mean=0.0, rating_std=1.0, jitter=1e-16)
+    mean, var = post.predict(np.array([[0, 1], [2, 2]]))
+    assert np.isfinite(mean).all() and np.isfinite(var).all()
+
+
+def test_singular_kmm_in_model_with_hopeless_jitter_raises(monkeypatch) -> None:
+    mod = _degenerate_module(monkeypatch)
+    # 1e-20 * 10^3 = 1e-17 is still below half an ulp of 1.0: every attempt sees the singular matrix
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        with pytest.raises(NumericalError, match="reduce `n_inducing`"):
+            mod.whitened_terms(1e-20)
+    assert len(_numerical_warnings(record)) == MAX_JITTER_STEPS

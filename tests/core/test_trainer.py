@@ -1,0 +1,191 @@
+"""fit_mwgp on small seeded synthetic data: convergence, determinism, accuracy, noise recovery, input checks."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from mogp_surprise.core import MWGPConfig, MWGPPosterior, fit_mwgp
+from mogp_surprise.core.trainer import FitResult, validate_training_data
+
+N_USERS, N_ITEMS, N_TRAIN, N_TEST = 60, 40, 1500, 300
+TRUE_NOISE_SD = 0.5
+LEVELS = (N_USERS, N_ITEMS)
+# small and fast (~1 s per fit on one core), enough to learn biases and most of the interaction
+CONFIG = MWGPConfig(n_inducing=16, latent_dim=2, n_epochs=60, batch_size=256, lr=0.05, random_state=0)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """Tiny problems: intra-op threading only adds contention on a shared machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def data():
+    """Ratings 3 + b_u + b_i + <U_u, V_i> + N(0, 0.5^2) on distinct (user, item) pairs."""
+    rng = np.random.default_rng(2024)
+    users = 0.3 * rng.normal(size=(N_USERS, 2))
+    items = rng.normal(size=(N_ITEMS, 2))
+    b_u, b_i = rng.normal(size=N_USERS), rng.normal(size=N_ITEMS)
+    cells = rng.choice(N_USERS * N_ITEMS, size=N_TRAIN + N_TEST, replace=False)
+    index = np.stack([cells // N_ITEMS, cells % N_ITEMS], axis=1)
+    f = 3.0 + b_u[index[:, 0]] + b_i[index[:, 1]] + (users[index[:, 0]] * items[index[:, 1]]).sum(1)
+    y = f + TRUE_NOISE_SD * rng.normal(size=len(f))
+    return index[:N_TRAIN], y[:N_TRAIN], index[N_TRAIN:], y[N_TRAIN:]
+
+
+@pytest.fixture(scope="module")
+def fitted(data) -> FitResult:
+    index, y, _, _ = data
+    return fit_mwgp(index, y, LEVELS, CONFIG)
+
+
+def _rmse(pred: np.ndarray, y: np.ndarray) -> float:
+    return float(np.sqrt(np.mean((pred - y) ** 2)))
+
+
+def test_fit_result_and_loss_decreases(fitted: FitResult) -> None:
+    assert isinstance(fitted.posterior, MWGPPosterior)
+    assert fitted.n_data == N_TRAIN and fitted.fit_time > 0
+    hist = fitted.loss_history
+    assert len(hist) == CONFIG.n_epochs and np.isfinite(hist).all()
+    assert hist[-1] < hist[0] - 0.5  # negative ELBO per rating, standardised units
+    assert np.mean(hist[-5:]) < np.mean(hist[:5])
+
+
+def test_beats_global_mean_on_held_out(data, fitted: FitResult) -> None:
+    index, y, test_index, test_y = data
+    mean, var = fitted.posterior.predict(test_index)
+    assert np.isfinite(mean).all() and (var > 0).all()
+    baseline = _rmse(np.full_like(test_y, y.mean()), test_y)
+    assert _rmse(mean, test_y) < 0.6 * baseline  # the bias part alone explains well over half
+
+
+def test_learned_noise_roughly_recovers_true_noise(fitted: FitResult) -> None:
+    true_var = TRUE_NOISE_SD ** 2
+    assert true_var / 2 < fitted.posterior.noise_var < 2 * true_var
+
+
+def test_predictive_variance_is_calibrated_in_scale(data, fitted: FitResult) -> None:
+    """Mean squared held-out error and mean predictive variance (noise included) agree within 2x."""
+    _, _, test_index, test_y = data
+    mean, var = fitted.posterior.predict(test_index)
+    ratio = np.mean((mean - test_y) ** 2) / np.mean(var)
+    assert 0.5 < ratio < 2.0
+
+
+def test_same_seed_gives_identical_predictions(data, fitted: FitResult) -> None:
+    index, y, test_index, _ = data
+    again = fit_mwgp(index, y, LEVELS, CONFIG)
+    assert again.loss_history == fitted.loss_history
+    for a, b in zip(fitted.posterior.predict(test_index), again.posterior.predict(test_index)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_different_seed_gives_different_predictions(data, fitted: FitResult) -> None:
+    index, y, test_index, _ = data
+    other = fit_mwgp(index, y, LEVELS, CONFIG.replace(random_state=1))
+    diff = np.abs(other.posterior.predict(test_index)[0] - fitted.posterior.predict(test_index)[0])
+    assert diff.max() > 1e-3
+
+
+def test_generator_random_state_is_reproducible(data) -> None:
+    index, y, test_index, _ = data
+    cfg = CONFIG.replace(n_epochs=3)
+    a = fit_mwgp(index, y, LEVELS, cfg.replace(random_state=np.random.default_rng(5)))
+    b = fit_mwgp(index, y, LEVELS, cfg.replace(random_state=np.random.default_rng(5)))
+    np.testing.assert_array_equal(a.posterior.predict(test_index)[0], b.posterior.predict(test_index)[0])
+
+
+def test_float64_fit(data) -> None:
+    index, y, test_index, test_y = data
+    res = fit_mwgp(index, y, LEVELS, CONFIG.replace(dtype="float64"))
+    assert res.posterior.dtype == torch.float64
+    mean, _ = res.posterior.predict(test_index)
+    assert _rmse(mean, test_y) < 0.6 * _rmse(np.full_like(test_y, y.mean()), test_y)
+    assert TRUE_NOISE_SD ** 2 / 2 < res.posterior.noise_var < 2 * TRUE_NOISE_SD ** 2
+
+
+@pytest.mark.parametrize("changes", [{"init": "random"}, {"use_biases": False}, {"lr_schedule": "constant"}],
+                         ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+def test_variants_fit_and_beat_global_mean(data, changes) -> None:
+    index, y, test_index, test_y = data
+    res = fit_mwgp(index, y, LEVELS, CONFIG.replace(n_epochs=30, **changes))
+    assert res.loss_history[-1] < res.loss_history[0]
+    mean, var = res.posterior.predict(test_index)
+    assert np.isfinite(mean).all() and (var > 0).all()
+    assert _rmse(mean, test_y) < 0.7 * _rmse(np.full_like(test_y, y.mean()), test_y)
+
+
+def test_cold_start_predictions_after_fit(fitted: FitResult) -> None:
+    mean, var = fitted.posterior.predict(np.array([[-1, 0], [0, -1], [-1, -1]]))
+    assert np.isfinite(mean).all() and (var > 0).all()
+    assert 1.0 < mean[2] < 5.0  # near the global rating level (3 + mean biases)
+
+
+def test_all_equal_ratings(data) -> None:
+    index = data[0][:200]
+    res = fit_mwgp(index, np.full(len(index), 4.0), LEVELS, CONFIG.replace(n_epochs=5))
+    mean, var = res.posterior.predict(np.array([[0, 0], [5, 7], [-1, 3], [-1, -1]]))
+    assert np.isfinite(mean).all() and np.isfinite(var).all() and (var > 0).all()
+    np.testing.assert_allclose(mean, 4.0, atol=1e-3)
+
+
+def test_fewer_ratings_than_inducing_points(data) -> None:
+    index, y, _, _ = data
+    res = fit_mwgp(index[:10], y[:10], LEVELS, CONFIG.replace(n_epochs=2))
+    assert np.isfinite(res.posterior.predict(index[:5])[0]).all()
+
+
+def test_cuda_request_without_cuda_fails_before_training(data) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("checks the error raised without CUDA")
+    index, y, _, _ = data
+    with pytest.raises(ValueError, match="CUDA"):
+        fit_mwgp(index, y, LEVELS, CONFIG.replace(device="cuda"))
+
+
+# -- input validation ----------------------------------------------------------------------------------
+
+_IDX = np.array([[0, 1], [2, 3], [1, 0]])
+_Y = np.array([1.0, 2.0, 3.0])
+
+BAD_INPUTS = [
+    ("index-1d", np.array([0, 1, 2]), _Y, "index"),
+    ("index-3-columns", np.zeros((3, 3), dtype=int), _Y, "index"),
+    ("ratings-2d", _IDX, _Y[:, None], "ratings"),
+    ("ratings-length", _IDX, _Y[:2], "ratings"),
+    ("empty", np.zeros((0, 2), dtype=int), np.zeros(0), "empty"),
+    ("float-index", _IDX.astype(float), _Y, "integers"),
+    ("nan-rating", _IDX, np.array([1.0, np.nan, 3.0]), "NaN"),
+    ("inf-rating", _IDX, np.array([1.0, 2.0, np.inf]), "finite"),
+    ("string-ratings", _IDX, np.array(["1", "2", "3"]), "real numbers"),
+    ("complex-ratings", _IDX, _Y.astype(complex), "real numbers"),
+    ("negative-user", np.array([[0, 1], [-1, 3], [1, 0]]), _Y, "index[:, 0]"),
+    ("user-too-large", np.array([[0, 1], [5, 3], [1, 0]]), _Y, "index[:, 0]"),
+    ("item-too-large", np.array([[0, 1], [2, 4], [1, 0]]), _Y, "index[:, 1]"),
+]
+
+
+@pytest.mark.parametrize("case, index, ratings, needle", BAD_INPUTS, ids=[c[0] for c in BAD_INPUTS])
+def test_validate_training_data_names_the_problem(case, index, ratings, needle) -> None:
+    with pytest.raises(ValueError) as info:
+        validate_training_data(index, ratings, (5, 4))
+    assert needle in str(info.value)
+    # fit_mwgp runs the same checks before doing any work
+    with pytest.raises(ValueError, match=None):
+        fit_mwgp(index, ratings, (5, 4), MWGPConfig(n_inducing=2, latent_dim=1, n_epochs=1))
+
+
+def test_nan_message_points_at_first_bad_row() -> None:
+    with pytest.raises(ValueError, match="row 1"):
+        validate_training_data(_IDX, np.array([1.0, np.nan, np.inf]), (5, 4))
+
+
+def test_valid_training_data_passes() -> None:
+    validate_training_data(_IDX, _Y, (5, 4))
+    validate_training_data(_IDX.astype(np.int32), _Y.astype(np.int64), (3, 4))
