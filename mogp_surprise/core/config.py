@@ -28,13 +28,13 @@ class MWGPConfig:
         Dimension r of each user and item embedding.
     n_epochs : int, default=30
         Passes over the training ratings.
-    batch_size : int, default=4096
+    batch_size : int, default=8192
         Ratings per minibatch. The data term of the ELBO is scaled by N / batch.
     lr : float, default=0.02
         Peak Adam learning rate.
     lr_schedule : {"cosine", "constant"}, default="cosine"
         Learning-rate schedule over all steps (cosine decays to ``lr / 20``).
-    embedding_reg : float, default=1.0
+    embedding_reg : float, default=3.0
         Precision of the Gaussian prior N(0, 1/embedding_reg) on every embedding entry (MAP;
         an L2 penalty of ``embedding_reg / 2 * ||A||^2`` on the whole log joint).
     bias_reg : float, default=1.0
@@ -64,10 +64,10 @@ class MWGPConfig:
     n_inducing: int = 128
     latent_dim: int = 8
     n_epochs: int = 30
-    batch_size: int = 4096
+    batch_size: int = 8192
     lr: float = 0.02
     lr_schedule: str = "cosine"
-    embedding_reg: float = 1.0
+    embedding_reg: float = 3.0
     bias_reg: float = 1.0
     use_biases: bool = True
     kl_weight: float = 1.0
