@@ -31,6 +31,35 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compare(args: argparse.Namespace) -> int:
+    from .compare import compare, write_results
+    from .experiments import load_or_synthesize
+
+    data = load_or_synthesize(args.dataset, data_dir=args.data_dir, download=not args.no_download)
+    if data.synthetic and not args.allow_synthetic:
+        print(f"error: {data.source}. Pass --data-dir / set MOGP_DATA, or --allow-synthetic to run on "
+              "synthetic ratings.", file=sys.stderr)
+        return 2
+    params = json.loads(args.params) if args.params else {}
+    print(f"Data: {data.source}; {args.folds}-fold CV (seed {args.seed}); algorithms: {', '.join(args.algos)}")
+    result = compare(data.surprise_dataset(), algos=args.algos, n_folds=args.folds, random_state=args.seed,
+                     mwgp_params=params, progress=not args.no_progress)
+    title = args.title or f"{data.name}, {args.folds}-fold CV"
+    paths = write_results(result, args.out, title=title)
+    print()
+    print(result.markdown())
+    print("Wrote " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+def _qp_plot(args: argparse.Namespace) -> int:
+    from .compare import plot_results
+
+    paths = plot_results(args.results, title=args.title or "")
+    print("Wrote " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mogp-surprise", description="Uncertainty-aware recommenders (MW-GP).")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress")
@@ -43,6 +72,28 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--params", default=None, help='MW-GP hyper-parameters as JSON, e.g. \'{"n_inducing": 64}\'')
     demo.set_defaults(func=_demo)
+
+    from .compare import ALGORITHMS  # light: algorithms are imported when they run
+
+    cmp_ = sub.add_parser("compare", help="the paper's experiment: algorithms side by side on identical CV folds")
+    cmp_.add_argument("--dataset", default="ml-100k", choices=["ml-100k", "ml-1m", "ml-10m", "jester"])
+    cmp_.add_argument("--folds", type=int, default=5)
+    cmp_.add_argument("--algos", nargs="+", default=["mwgp", "svd", "svdpp"], choices=sorted(ALGORITHMS),
+                      help="mwgp, svd (BiasedMF), svd8 (n_factors=8), svdpp, myfm (needs the myfm extra)")
+    cmp_.add_argument("--out", default="results", help="output folder (tables, curves, PNG plots)")
+    cmp_.add_argument("--seed", type=int, default=0)
+    cmp_.add_argument("--params", default=None, help="MW-GP hyper-parameters as JSON")
+    cmp_.add_argument("--data-dir", default=None, help="data folder (default: $MOGP_DATA, then Surprise's cache)")
+    cmp_.add_argument("--no-download", action="store_true", help="never try Surprise's downloader")
+    cmp_.add_argument("--allow-synthetic", action="store_true", help="fall back to synthetic data if none found")
+    cmp_.add_argument("--title", default=None)
+    cmp_.add_argument("--no-progress", action="store_true")
+    cmp_.set_defaults(func=_compare)
+
+    plot = sub.add_parser("qp-plot", help="re-draw the QP and calibration plots from saved compare results")
+    plot.add_argument("results", help="folder written by `mogp-surprise compare --out`")
+    plot.add_argument("--title", default=None)
+    plot.set_defaults(func=_qp_plot)
     return parser
 
 

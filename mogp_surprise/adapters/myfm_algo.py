@@ -1,0 +1,116 @@
+"""myFM's Bayesian factorisation machine as a Surprise algorithm with a predictive distribution.
+
+Optional: needs ``pip install mogp-surprise[myfm]`` (myFM currently imports ``pkg_resources``,
+hence ``setuptools<81``). The model is a rank-r FM on one-hot user and item ids, fitted by Gibbs
+sampling; the predictive mean and variance are taken over the kept samples, and the observation
+noise of each sample (1 / alpha) is added to the variance.
+"""
+from __future__ import annotations
+
+import functools
+import warnings
+from typing import Any, Sequence
+from unittest import mock
+
+import numpy as np
+import scipy.sparse as sp
+from surprise import AlgoBase, Prediction, PredictionImpossible, Trainset
+
+
+def myfm_available() -> bool:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import myfm  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class MyFMBaseline(AlgoBase):
+    """Bayesian FM (myFM ``MyFMRegressor``, Gibbs sampling) on one-hot (user, item) ids.
+
+    Parameters
+    ----------
+    rank : int, default=8
+    n_iter : int, default=200
+        Gibbs iterations.
+    n_kept_samples : int, default=150
+        Last samples kept for prediction (the rest is burn-in).
+    random_state : int, default=0
+    """
+
+    def __init__(self, rank: int = 8, n_iter: int = 200, n_kept_samples: int = 150, random_state: int = 0) -> None:
+        AlgoBase.__init__(self)
+        self.rank = rank
+        self.n_iter = n_iter
+        self.n_kept_samples = n_kept_samples
+        self.random_state = random_state
+
+    @property
+    def name(self) -> str:
+        return f"myFM BFM (rank {self.rank})"
+
+    def __repr__(self) -> str:
+        return f"MyFMBaseline(rank={self.rank}, n_iter={self.n_iter}, n_kept_samples={self.n_kept_samples})"
+
+    def fit(self, trainset: Trainset) -> "MyFMBaseline":
+        if not myfm_available():
+            raise ImportError("MyFMBaseline needs the optional package myFM: pip install 'mogp-surprise[myfm]'")
+        if not 1 <= self.n_kept_samples <= self.n_iter:
+            raise ValueError(f"`n_kept_samples` must lie in [1, n_iter={self.n_iter}], got {self.n_kept_samples}")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import myfm
+        AlgoBase.fit(self, trainset)
+        users, items, ratings = (np.array(col) for col in zip(*trainset.all_ratings()))
+        import myfm.base
+        from tqdm.auto import tqdm
+
+        model = myfm.MyFMRegressor(rank=self.rank, random_seed=self.random_state)
+        # myFM always draws its own progress bar; library code must stay quiet
+        with mock.patch.object(myfm.base, "tqdm", functools.partial(tqdm, disable=True)):
+            model.fit(self._design(users.astype(np.int64), items.astype(np.int64)), ratings.astype(np.float64),
+                      n_iter=self.n_iter, n_kept_samples=self.n_kept_samples, callback=lambda *_: (False, None))
+        self.model_ = model
+        alpha = model.get_hyper_trace()["alpha"].to_numpy()[-len(model.predictor_.samples):]
+        self.noise_var_ = float(np.mean(1.0 / alpha))
+        return self
+
+    def _design(self, users: np.ndarray, items: np.ndarray) -> sp.csr_matrix:
+        """One-hot rows; an unknown id (-1) has no active column in its block."""
+        n_u, n_i = self.trainset.n_users, self.trainset.n_items
+        cols = [np.where(users >= 0, users, -1), np.where(items >= 0, n_u + items, -1)]
+        rows = np.concatenate([np.arange(len(users))] * 2)
+        cols = np.concatenate(cols)
+        keep = cols >= 0
+        data = np.ones(int(keep.sum()))
+        return sp.csr_matrix((data, (rows[keep], cols[keep])), shape=(len(users), n_u + n_i))
+
+    def _moments(self, users: np.ndarray, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        X = self._design(users, items)
+        samples = np.stack([fm.predict_score(X, []) for fm in self.model_.predictor_.samples])
+        return samples.mean(0), samples.var(0) + self.noise_var_
+
+    def estimate(self, u: Any, i: Any) -> tuple[float, dict[str, float]]:
+        if not hasattr(self, "model_"):
+            raise PredictionImpossible("MyFMBaseline is not fitted")
+        uu = np.array([u if isinstance(u, (int, np.integer)) else -1])
+        ii = np.array([i if isinstance(i, (int, np.integer)) else -1])
+        mean, var = self._moments(uu, ii)
+        return float(mean[0]), {"var": float(var[0]), "std": float(np.sqrt(var[0]))}
+
+    def test(self, testset: Sequence[tuple[Any, Any, float]], verbose: bool = False) -> list[Prediction]:
+        testset = list(testset)
+        mean, var = self.predict_dist(testset)
+        low, high = self.trainset.rating_scale
+        return [Prediction(uid, iid, r, float(np.clip(m, low, high)),
+                           {"var": float(v), "std": float(np.sqrt(v)), "was_impossible": False})
+                for (uid, iid, r), m, v in zip(testset, mean, var)]
+
+    def predict_dist(self, testset: Sequence[tuple[Any, Any, Any]]) -> tuple[np.ndarray, np.ndarray]:
+        """Predictive mean (unclipped) and variance over a list of (uid, iid[, r]) tuples."""
+        u_map, i_map = self.trainset._raw2inner_id_users, self.trainset._raw2inner_id_items
+        users = np.array([u_map.get(t[0], -1) for t in testset], dtype=np.int64)
+        items = np.array([i_map.get(t[1], -1) for t in testset], dtype=np.int64)
+        return self._moments(users, items)
