@@ -30,6 +30,15 @@ class LoadedData:
         return to_surprise_dataset(self.ratings[["user", "item", "rating"]], rating_scale=self.rating_scale)
 
 
+def synthetic(n_ratings: int = 100_000, random_state: int = 0, reason: str = "") -> LoadedData:
+    """Seeded synthetic 1..5 ratings (ML-100K-like shape), labelled as synthetic."""
+    n_users = max(20, int(round((n_ratings / 100) ** 0.5 * 30)))
+    n_items = max(20, int(round(n_users * 1.7)))
+    df = make_synthetic_ratings(n_users=n_users, n_items=n_items, n_ratings=n_ratings, random_state=random_state)
+    source = f"SYNTHETIC ratings ({len(df):,})" + (f"; {reason}" if reason else "")
+    return LoadedData("synthetic", df, (1, 5), source, synthetic=True)
+
+
 def load_or_synthesize(name: str = "ml-100k", data_dir: str | Path | None = None, download: bool = True,
                        synthetic_size: int = 100_000, random_state: int = 0) -> LoadedData:
     """Load a data set from ``data_dir``/``MOGP_DATA``/Surprise's cache/its downloader.
@@ -42,12 +51,8 @@ def load_or_synthesize(name: str = "ml-100k", data_dir: str | Path | None = None
         return LoadedData(name, df, DATASETS[name].rating_scale, f"{name} ({len(df):,} ratings)")
     except (FileNotFoundError, OSError) as exc:
         logger.warning("could not load %s (%s); using synthetic data instead", name, exc)
-        n_users, n_items = 1000, 1700
-        df = make_synthetic_ratings(n_users=n_users, n_items=n_items, n_ratings=synthetic_size,
-                                    random_state=random_state)
         reason = str(exc).splitlines()[0]
-        return LoadedData("synthetic", df, (1, 5),
-                          f"SYNTHETIC ratings ({len(df):,}; {name} not available: {reason})", synthetic=True)
+        return synthetic(synthetic_size, random_state, reason=f"{name} not available: {reason}")
 
 
 @dataclass

@@ -53,6 +53,15 @@ class IdEncoder:
         self.classes_ = pd.Index(uniques)
         self._train_codes = codes
 
+    @classmethod
+    def from_classes(cls, name: str, classes: Sequence[Any]) -> "IdEncoder":
+        """An encoder with known levels in the given order (used when loading a saved model)."""
+        enc = cls.__new__(cls)
+        enc.name = name
+        enc.classes_ = pd.Index(_as_object(classes)) if len(classes) else pd.Index([])
+        enc._train_codes = np.arange(len(classes))
+        return enc
+
     @property
     def n_levels(self) -> int:
         return len(self.classes_)

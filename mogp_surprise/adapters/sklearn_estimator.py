@@ -12,6 +12,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..core.trainer import fit_mwgp
 from ._common import PARAMS_DOC, HyperParamsMixin, IdEncoder, check_id_column
+from .persistence import load_payload, restore_common, save_model
 
 class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
     __doc__ = f"""Multi-output GP matrix factorisation (MW-GP) as a scikit-learn regressor.
@@ -76,6 +77,27 @@ class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
         """Predictive mean, and with ``return_std=True`` also the standard deviation."""
         mean, var = self.predict_dist(X)
         return (mean, np.sqrt(var)) if return_std else mean
+
+    def save(self, path) -> None:
+        """Save the fitted model (weights, id maps, hyper-parameters, versions) to ``path``."""
+        check_is_fitted(self, "posterior_")
+        state = {"classes": [enc.classes_.tolist() for enc in self.encoders_],
+                 "names": [enc.name for enc in self.encoders_],
+                 "feature_names_in": (list(self.feature_names_in_) if hasattr(self, "feature_names_in_") else None)}
+        save_model(self, path, state)
+
+    @classmethod
+    def load(cls, path, device=None) -> "MWGPRegressor":
+        """Load a model written by :meth:`save` (``device``: where to put it; default CPU)."""
+        payload = load_payload(path, expected=cls.__name__)
+        est = cls(**payload["hyper_params"])
+        st = payload["state"]
+        est.encoders_ = [IdEncoder.from_classes(name, classes) for name, classes in zip(st["names"], st["classes"])]
+        est.n_features_in_ = len(est.encoders_)
+        if st["feature_names_in"] is not None:
+            est.feature_names_in_ = np.asarray(st["feature_names_in"], dtype=object)
+        restore_common(est, payload, device)
+        return est
 
     def _check_names(self, names: list[str] | None) -> None:
         fitted = getattr(self, "feature_names_in_", None)

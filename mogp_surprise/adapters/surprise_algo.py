@@ -4,11 +4,13 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import numpy as np
+import torch
 from surprise import AlgoBase, Prediction, Trainset
 
 from ..core.config import MWGPConfig
 from ..core.trainer import fit_mwgp
 from ._common import PARAMS_DOC, HyperParamsMixin, require_fitted
+from .persistence import load_payload, restore_common, save_model
 
 _UNKNOWN_PREFIX = "UKN__"
 
@@ -65,6 +67,33 @@ class MWGP(HyperParamsMixin, AlgoBase):
         self.loss_history_ = result.loss_history
         self.fit_time_ = result.fit_time
         return self
+
+    # -- persistence ---------------------------------------------------------------------------------
+    def save(self, path) -> None:
+        """Save the fitted model (weights, id maps, rating scale, hyper-parameters, versions) to ``path``.
+
+        The file holds tensors and plain values only; :meth:`load` reads it on any device.
+        """
+        require_fitted(self)
+        ts = self.trainset
+        index, ratings = _trainset_arrays(ts)
+        state = {"rating_scale": tuple(float(x) for x in ts.rating_scale),
+                 "raw_users": [ts.to_raw_uid(u) for u in range(ts.n_users)],
+                 "raw_items": [ts.to_raw_iid(i) for i in range(ts.n_items)],
+                 "index": torch.from_numpy(index), "ratings": torch.from_numpy(ratings)}
+        save_model(self, path, state)
+
+    @classmethod
+    def load(cls, path, device=None) -> "MWGP":
+        """Load a model written by :meth:`save` (``device``: where to put it; default CPU)."""
+        payload = load_payload(path, expected=cls.__name__)
+        algo = cls(**payload["hyper_params"])
+        st = payload["state"]
+        algo.trainset = _rebuild_trainset(st["raw_users"], st["raw_items"], st["index"].numpy(),
+                                          st["ratings"].numpy(), tuple(st["rating_scale"]))
+        algo.bu = algo.bi = None
+        restore_common(algo, payload, device)
+        return algo
 
     # -- Surprise's per-pair contract ------------------------------------------------------------
     def estimate(self, u: int | str, i: int | str) -> tuple[float, dict[str, float]]:
@@ -148,3 +177,14 @@ def _trainset_arrays(trainset: Trainset) -> tuple[np.ndarray, np.ndarray]:
             pos += k
     return index[:pos], ratings[:pos]
 
+
+def _rebuild_trainset(raw_users: list, raw_items: list, index: np.ndarray, ratings: np.ndarray,
+                      rating_scale: tuple[float, float]) -> Trainset:
+    """The Surprise Trainset a model was fitted on, with the same inner ids."""
+    ur: dict[int, list] = {u: [] for u in range(len(raw_users))}
+    ir: dict[int, list] = {i: [] for i in range(len(raw_items))}
+    for (u, i), r in zip(index.tolist(), ratings.tolist()):
+        ur[u].append((i, r))
+        ir[i].append((u, r))
+    return Trainset(ur, ir, len(raw_users), len(raw_items), len(ratings), rating_scale,
+                    {raw: k for k, raw in enumerate(raw_users)}, {raw: k for k, raw in enumerate(raw_items)})

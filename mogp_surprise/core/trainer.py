@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -87,6 +88,10 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
     started = time.perf_counter()
     _, gen = _generator(config.random_state)
 
+    if config.n_inducing > index.shape[0]:
+        warnings.warn(f"n_inducing={config.n_inducing} exceeds the number of training ratings ({index.shape[0]}); "
+                      f"using {index.shape[0]} inducing points", UserWarning, stacklevel=2)
+        config = config.replace(n_inducing=index.shape[0])
     ratings = ratings.astype(np.float64)
     rating_mean = float(ratings.mean())
     rating_std = float(ratings.std())

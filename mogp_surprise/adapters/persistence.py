@@ -1,0 +1,86 @@
+"""Explicit, versioned save/load for fitted MWGP and MWGPRegressor models.
+
+A file is a ``torch.save`` dict of tensors and plain Python values only, so it loads with
+``torch.load(weights_only=True)`` (no arbitrary code runs) and on a CPU-only machine whatever
+device the model was trained on:
+
+    {"format": "mogp_surprise", "format_version": 1, "package_version": "...",
+     "estimator": "MWGP" | "MWGPRegressor", "hyper_params": {...}, "posterior": {...},
+     "state": {...estimator specific: id maps, rating scale, training pairs for Surprise...}}
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import torch
+
+from .._version import __version__
+from ..core.posterior import MWGPPosterior
+
+FORMAT = "mogp_surprise"
+FORMAT_VERSION = 1
+
+
+def _plain_hyper_params(params: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for name, value in params.items():
+        if isinstance(value, np.random.Generator):
+            value = None  # a Generator's state is not a hyper-parameter value; refits draw fresh entropy
+        elif isinstance(value, torch.device):
+            value = str(value)
+        elif isinstance(value, np.generic):
+            value = value.item()
+        out[name] = value
+    return out
+
+
+def save_model(estimator: Any, path: str | os.PathLike, state: dict[str, Any]) -> None:
+    """Write ``estimator`` (fitted) with its estimator-specific ``state`` to ``path``."""
+    payload = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "package_version": __version__,
+        "estimator": type(estimator).__name__,
+        "hyper_params": _plain_hyper_params(estimator._hyper_params()),
+        "posterior": estimator.posterior_.state_dict(),
+        "training": {"loss_history": [float(x) for x in estimator.loss_history_],
+                     "fit_time": float(estimator.fit_time_)},
+        "state": state,
+    }
+    torch.save(payload, os.fspath(path))
+
+
+def load_payload(path: str | os.PathLike, expected: str) -> dict[str, Any]:
+    """Read and check a saved model file; raise ``ValueError`` on a foreign or incompatible file."""
+    try:
+        payload = torch.load(os.fspath(path), map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise
+    except Exception as exc:  # torch raises many types for a file that is not ours
+        raise ValueError(f"{os.fspath(path)!r} is not a mogp_surprise model file ({type(exc).__name__}: {exc})") from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise ValueError(f"{os.fspath(path)!r} is not a mogp_surprise model file (no 'format': {FORMAT!r} entry)")
+    version = payload.get("format_version")
+    if not isinstance(version, int):
+        raise ValueError(f"{os.fspath(path)!r} has no valid 'format_version' (got {version!r})")
+    if version > FORMAT_VERSION:
+        raise ValueError(f"{os.fspath(path)!r} was saved by mogp_surprise {payload.get('package_version')} in file "
+                         f"format {version}; this version ({__version__}) reads format <= {FORMAT_VERSION}. "
+                         "Upgrade mogp_surprise to load it.")
+    if version < FORMAT_VERSION:  # no older formats exist yet; migrations go here
+        raise ValueError(f"{os.fspath(path)!r} uses file format {version}, which this version cannot migrate "
+                         f"(supported: {FORMAT_VERSION})")
+    if payload.get("estimator") != expected:
+        raise ValueError(f"{os.fspath(path)!r} holds a {payload.get('estimator')} model; load it with "
+                         f"{payload.get('estimator')}.load, not {expected}.load")
+    return payload
+
+
+def restore_common(estimator: Any, payload: dict[str, Any], device: Any = None) -> None:
+    """Set the fitted attributes shared by both adapters from a loaded payload."""
+    post = MWGPPosterior.from_state_dict(payload["posterior"])
+    estimator.posterior_ = post if device is None else post.to(device=torch.device(device))
+    estimator.loss_history_ = list(payload["training"]["loss_history"])
+    estimator.fit_time_ = float(payload["training"]["fit_time"])

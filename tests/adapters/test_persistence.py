@@ -1,0 +1,129 @@
+"""save/load, pickle and surprise.dump give identical predictions; file versions are checked."""
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from surprise import dump
+
+from mogp_surprise import MWGP, MWGPRegressor
+from mogp_surprise.adapters import persistence
+from tests.conftest import FAST
+
+
+@pytest.fixture(scope="module")
+def surprise_model(synthetic_data):
+    return MWGP(**FAST).fit(synthetic_data.build_full_trainset())
+
+
+@pytest.fixture(scope="module")
+def sklearn_model(synthetic_df):
+    return MWGPRegressor(**FAST).fit(synthetic_df[["user", "item"]], synthetic_df["rating"])
+
+
+def _surprise_outputs(algo, testset):
+    return [(p.est, p.details["var"]) for p in algo.test(testset)]
+
+
+def test_surprise_save_load_pickle_dump_identical(surprise_model, tmp_path):
+    testset = surprise_model.trainset.build_testset()[:300] + [("new-user", "i1", 3.0), ("u1", "new-item", 2.0)]
+    ref = _surprise_outputs(surprise_model, testset)
+    surprise_model.save(tmp_path / "m.pt")
+    loaded = MWGP.load(tmp_path / "m.pt")
+    assert _surprise_outputs(loaded, testset) == ref
+    assert loaded._hyper_params() == surprise_model._hyper_params()
+    assert loaded.trainset.global_mean == surprise_model.trainset.global_mean
+    assert loaded.predict("u1", "i1").details == surprise_model.predict("u1", "i1").details
+    assert _surprise_outputs(pickle.loads(pickle.dumps(surprise_model)), testset) == ref
+    dump.dump(str(tmp_path / "d"), algo=surprise_model)
+    assert _surprise_outputs(dump.load(str(tmp_path / "d"))[1], testset) == ref
+
+
+def test_sklearn_save_load_pickle_identical(sklearn_model, synthetic_df, tmp_path):
+    X = synthetic_df[["user", "item"]].iloc[:300]
+    ref = sklearn_model.predict_dist(X)
+    sklearn_model.save(tmp_path / "r.pt")
+    loaded = MWGPRegressor.load(tmp_path / "r.pt")
+    for a, b in zip(ref, loaded.predict_dist(X)):
+        np.testing.assert_array_equal(a, b)
+    assert list(loaded.feature_names_in_) == ["user", "item"]
+    assert loaded.get_params() == sklearn_model.get_params()
+    for a, b in zip(ref, pickle.loads(pickle.dumps(sklearn_model)).predict_dist(X)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_file_holds_only_tensors_and_plain_values(sklearn_model, tmp_path):
+    sklearn_model.save(tmp_path / "r.pt")
+    payload = torch.load(tmp_path / "r.pt", weights_only=True)  # raises if any pickled object were inside
+    assert payload["format"] == "mogp_surprise" and payload["format_version"] == persistence.FORMAT_VERSION
+    assert payload["package_version"] and payload["estimator"] == "MWGPRegressor"
+
+
+def test_model_moved_between_dtypes_and_devices_loads_on_cpu(sklearn_model, synthetic_df, tmp_path):
+    X = synthetic_df[["user", "item"]].iloc[:100]
+    ref_mean, ref_var = sklearn_model.predict_dist(X)
+    sklearn_model.posterior_ = sklearn_model.posterior_.to(dtype=torch.float64)
+    try:
+        sklearn_model.save(tmp_path / "f64.pt")
+    finally:
+        sklearn_model.posterior_ = sklearn_model.posterior_.to(dtype=torch.float32)
+    loaded = MWGPRegressor.load(tmp_path / "f64.pt", device="cpu")
+    assert loaded.posterior_.dtype == torch.float64 and loaded.posterior_.device.type == "cpu"
+    mean, var = loaded.predict_dist(X)
+    np.testing.assert_allclose(mean, ref_mean, rtol=1e-5)
+    np.testing.assert_allclose(var, ref_var, rtol=1e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_model_loads_on_cpu(synthetic_df, tmp_path):  # pragma: no cover - GPU only
+    est = MWGPRegressor(**FAST, device="cuda").fit(synthetic_df[["user", "item"]], synthetic_df["rating"])
+    est.save(tmp_path / "gpu.pt")
+    loaded = MWGPRegressor.load(tmp_path / "gpu.pt")
+    assert loaded.posterior_.device.type == "cpu"
+    np.testing.assert_allclose(loaded.predict(synthetic_df[["user", "item"]]),
+                               est.predict(synthetic_df[["user", "item"]]), rtol=1e-5)
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"format_version": 99}, "Upgrade mogp_surprise"),
+    ({"format_version": 0}, "cannot migrate"),
+    ({"format_version": "1"}, "format_version"),
+    ({"format": "other"}, "not a mogp_surprise model file"),
+    ({"estimator": "MWGP"}, "load it with MWGP.load"),
+])
+def test_incompatible_files_give_clear_errors(sklearn_model, tmp_path, change, match):
+    sklearn_model.save(tmp_path / "r.pt")
+    payload = torch.load(tmp_path / "r.pt", weights_only=True)
+    payload.update(change)
+    torch.save(payload, tmp_path / "bad.pt")
+    with pytest.raises(ValueError, match=match):
+        MWGPRegressor.load(tmp_path / "bad.pt")
+
+
+def test_foreign_and_missing_files(tmp_path):
+    (tmp_path / "junk.pt").write_bytes(b"not a model")
+    with pytest.raises(ValueError, match="not a mogp_surprise model file"):
+        MWGP.load(tmp_path / "junk.pt")
+    with pytest.raises(FileNotFoundError):
+        MWGP.load(tmp_path / "missing.pt")
+
+
+def test_same_random_state_same_predictions_both_adapters(synthetic_data, synthetic_df):
+    ts = synthetic_data.build_full_trainset()
+    testset = ts.build_testset()[:200]
+    assert _surprise_outputs(MWGP(**FAST).fit(ts), testset) == _surprise_outputs(MWGP(**FAST).fit(ts), testset)
+    X, y = synthetic_df[["user", "item"]], synthetic_df["rating"]
+    a = MWGPRegressor(**FAST).fit(X, y).predict(X.iloc[:200], return_std=True)
+    b = MWGPRegressor(**FAST).fit(X, y).predict(X.iloc[:200], return_std=True)
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+    c = MWGPRegressor(**{**FAST, "random_state": 1}).fit(X, y).predict(X.iloc[:200])
+    assert not np.array_equal(a[0], c)
+
+
+def test_generator_random_state_is_saved_as_none(synthetic_df, tmp_path):
+    est = MWGPRegressor(**{**FAST, "random_state": np.random.default_rng(0)})
+    est.fit(synthetic_df[["user", "item"]], synthetic_df["rating"]).save(tmp_path / "g.pt")
+    assert MWGPRegressor.load(tmp_path / "g.pt").random_state is None

@@ -1,0 +1,144 @@
+"""compare(), its saved results and plots, the CLI and the examples, end to end on tiny data."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from surprise import AlgoBase
+
+from mogp_surprise.cli import main
+from mogp_surprise.compare import AlgoSpec, compare, load_results, plot_results, write_results
+from mogp_surprise.datasets import make_synthetic_ratings
+
+REPO = Path(__file__).resolve().parents[1]
+TINY_MWGP = {"n_epochs": 2, "n_inducing": 8, "batch_size": 256}
+
+
+class _Recorder(AlgoBase):
+    """Predicts the global mean with unit variance and records the test pairs it saw."""
+
+    seen: list[list[tuple]] = []
+
+    def fit(self, trainset):
+        AlgoBase.fit(self, trainset)
+        return self
+
+    def estimate(self, u, i):
+        return self.trainset.global_mean, {"var": 1.0, "std": 1.0}
+
+    def test(self, testset, verbose=False):
+        type(self).seen.append([(u, i) for u, i, _ in testset])
+        return AlgoBase.test(self, testset)
+
+
+def test_compare_uses_identical_folds_and_collects_metrics(synthetic_data):
+    _Recorder.seen = []
+    extra = {"rec_a": AlgoSpec("A", "predictive", lambda seed, p: _Recorder()),
+             "rec_b": AlgoSpec("B", "predictive", lambda seed, p: _Recorder())}
+    result = compare(synthetic_data, algos=["rec_a", "mwgp", "rec_b"], n_folds=3, mwgp_params=TINY_MWGP,
+                     extra_algos=extra)
+    seen = _Recorder.seen
+    assert len(seen) == 6
+    for fold in range(3):
+        assert seen[2 * fold] == seen[2 * fold + 1]  # A and B saw the same test pairs in each fold
+    assert seen[0] != seen[2]
+    folds = result.folds
+    assert set(folds["algo"]) == {"rec_a", "mwgp", "rec_b"} and len(folds) == 9
+    assert (folds.groupby("fold")["n_test"].nunique() == 1).all()
+    assert folds["n_test"].sum() == 3 * len(synthetic_data.raw_ratings)
+    summary = result.summary().set_index("algo")
+    mwgp, const = summary.loc["mwgp"], summary.loc["rec_a"]
+    assert mwgp["rmse_q100_mean"] < const["rmse_q100_mean"]
+    assert const["sharpness_mean"] == pytest.approx(1.0)
+    # predictions of A and B are identical, so their metrics are too
+    pd.testing.assert_series_equal(summary.loc["rec_a", "rmse_q100_mean":], summary.loc["rec_b", "rmse_q100_mean":],
+                                   check_names=False, atol=1e-12)
+
+
+def test_compare_rejects_bad_arguments(synthetic_data):
+    with pytest.raises(ValueError, match="unknown algorithm"):
+        compare(synthetic_data, algos=["mwgp", "nope"])
+    with pytest.raises(ValueError, match="n_folds"):
+        compare(synthetic_data, algos=["svd"], n_folds=1)
+
+
+def test_write_load_and_replot(synthetic_data, tmp_path):
+    result = compare(synthetic_data, algos=["mwgp", "svd"], n_folds=2, mwgp_params=TINY_MWGP)
+    paths = write_results(result, tmp_path, title="tiny")
+    for p in paths.values():
+        assert Path(p).exists() and Path(p).stat().st_size > 0
+    text = (tmp_path / "table.md").read_text()
+    assert "MW-GP (ours)" in text and "homoscedastic" in text and "RMSE q=90%" in text
+    curves, summary, calib, meta = load_results(tmp_path)
+    assert set(curves["algo"]) == {"mwgp", "svd"} and meta["settings"]["n_folds"] == 2
+    (tmp_path / "qp_rmse.png").unlink()
+    plot_results(tmp_path)
+    assert (tmp_path / "qp_rmse.png").exists()
+    with pytest.raises(FileNotFoundError, match="does not hold comparison results"):
+        load_results(tmp_path / "empty")
+
+
+def test_myfm_baseline_if_installed(synthetic_data):
+    pytest.importorskip("myfm", reason="myFM is optional (pip install mogp-surprise[myfm])")
+    result = compare(synthetic_data, algos=["myfm"], n_folds=2)
+    row = result.summary().iloc[0]
+    assert row["uncertainty"] == "predictive" and 0.1 < row["sharpness_mean"] < 2.0
+
+
+@pytest.fixture(scope="module")
+def tiny_ml100k(tmp_path_factory):
+    """A small file in MovieLens 100K's u.data format."""
+    df = make_synthetic_ratings(n_users=60, n_items=50, n_ratings=1200, random_state=1)
+    folder = tmp_path_factory.mktemp("data")
+    (folder / "ml-100k").mkdir()
+    lines = [f"{u[1:]}\t{i[1:]}\t{int(r)}\t{880000000 + k}\n"
+             for k, (u, i, r) in enumerate(df[["user", "item", "rating"]].itertuples(index=False))]
+    (folder / "ml-100k" / "u.data").write_text("".join(lines))
+    return folder
+
+
+def test_cli_compare_and_qp_plot(tiny_ml100k, tmp_path, capsys):
+    out = tmp_path / "res"
+    rc = main(["compare", "--dataset", "ml-100k", "--data-dir", str(tiny_ml100k), "--folds", "2",
+               "--algos", "mwgp", "svd", "--params", '{"n_epochs": 1, "n_inducing": 8}', "--out", str(out),
+               "--no-progress"])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "ml-100k (1,200 ratings)" in printed and "RMSE q=100%" in printed
+    assert (out / "table.md").exists() and (out / "qp_mae.png").exists()
+    assert main(["qp-plot", str(out)]) == 0
+    assert main(["qp-plot", str(tmp_path / "missing")]) == 2
+    assert "does not hold comparison results" in capsys.readouterr().err
+
+
+def test_cli_demo_on_data_and_without(tiny_ml100k, tmp_path, capsys, monkeypatch):
+    assert main(["demo", "--data-dir", str(tiny_ml100k), "--quick", "--no-download"]) == 0
+    printed = capsys.readouterr().out
+    assert "MW-GP" in printed and "SVD (Surprise)" in printed and "Cold start" in printed
+    monkeypatch.delenv("MOGP_DATA", raising=False)
+    monkeypatch.setenv("SURPRISE_DATA_FOLDER", str(tmp_path / "empty_cache"))
+    assert main(["demo", "--data-dir", str(tmp_path / "nothing"), "--quick", "--no-download"]) == 0
+    assert "SYNTHETIC" in capsys.readouterr().out
+
+
+def test_cli_compare_without_data_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("MOGP_DATA", raising=False)
+    monkeypatch.setenv("SURPRISE_DATA_FOLDER", str(tmp_path / "empty_cache"))
+    rc = main(["compare", "--data-dir", str(tmp_path), "--no-download", "--out", str(tmp_path / "o")])
+    assert rc == 2 and "--allow-synthetic" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("script", ["compare_baselines.py", "surprise_gridsearch.py",
+                                    "sklearn_pipeline_gridsearch.py", "qp_plot_any_model.py"])
+def test_examples_run_in_smoke_mode(script, tmp_path, monkeypatch):
+    monkeypatch.setenv("SURPRISE_DATA_FOLDER", str(tmp_path / "empty_cache"))
+    cmd = [sys.executable, str(REPO / "examples" / script), "--smoke"]
+    if script in ("compare_baselines.py", "qp_plot_any_model.py"):
+        cmd += ["--out", str(tmp_path / ("res" if script.startswith("compare") else "qp.png"))]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip()
