@@ -116,3 +116,17 @@ def require_fitted(obj: Any, attribute: str = "posterior_") -> MWGPPosterior:
 
 
 PARAMS_DOC = _PARAM_DOC
+
+
+def recommend_frame(posterior: MWGPPosterior, raw_users: Sequence[Any], inner_users: np.ndarray,
+                    raw_items: np.ndarray, exclude: list[np.ndarray] | None, n: int, strategy: str,
+                    kappa: float) -> pd.DataFrame:
+    """Top-N lists of several users as a tidy DataFrame (user, rank, item, mean, std, score)."""
+    from ..core.recommend import top_n
+
+    result = top_n(posterior, inner_users, n=n, strategy=strategy, kappa=kappa, exclude=exclude)
+    valid = result.items >= 0
+    rows, ranks = np.nonzero(valid)
+    users = np.asarray(list(raw_users), dtype=object)
+    return pd.DataFrame({"user": users[rows], "rank": ranks + 1, "item": np.asarray(raw_items, dtype=object)[
+        result.items[valid]], "mean": result.mean[valid], "std": result.std[valid], "score": result.score[valid]})

@@ -6,12 +6,13 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.validation import check_is_fitted
 
 from ..core.trainer import fit_mwgp
-from ._common import PARAMS_DOC, HyperParamsMixin, IdEncoder, check_id_column
+from ._common import PARAMS_DOC, HyperParamsMixin, IdEncoder, check_id_column, recommend_frame
 from .persistence import load_payload, restore_common, save_model
 
 class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
@@ -56,6 +57,7 @@ class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
         self.encoders_ = [IdEncoder(name, col) for name, col in zip(_labels(names, len(columns)), columns)]
         index = np.stack([enc._train_codes for enc in self.encoders_], axis=1).astype(np.int64)
         result = fit_mwgp(index, y, tuple(enc.n_levels for enc in self.encoders_), config)
+        self._rated = _rated_items(index, self.encoders_[0].n_levels) if len(columns) == 2 else None
         self.posterior_ = result.posterior
         self.loss_history_ = result.loss_history
         self.fit_time_ = result.fit_time
@@ -78,12 +80,36 @@ class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
         mean, var = self.predict_dist(X)
         return (mean, np.sqrt(var)) if return_std else mean
 
+    def recommend(self, user: Any, n: int = 10, strategy: str = "mean", kappa: float = 1.0,
+                  exclude_rated: bool = True) -> pd.DataFrame:
+        """Top-``n`` items for one raw user id; see :meth:`mogp_surprise.MWGP.recommend`.
+
+        Only for (user, item) models (two id columns).
+        """
+        return self.recommend_many([user], n, strategy, kappa, exclude_rated).drop(columns="user")
+
+    def recommend_many(self, users: Any, n: int = 10, strategy: str = "mean", kappa: float = 1.0,
+                       exclude_rated: bool = True) -> pd.DataFrame:
+        """Batched :meth:`recommend`: one DataFrame with columns user, rank, item, mean, std, score."""
+        check_is_fitted(self, "posterior_")
+        if self.n_features_in_ != 2:
+            raise ValueError(f"recommend needs a (user, item) model; this one has {self.n_features_in_} id columns")
+        users = list(users)
+        inner = self.encoders_[0].transform(np.asarray(users, dtype=object))
+        exclude = None
+        if exclude_rated:
+            indptr, items = self._rated
+            exclude = [items[indptr[u]:indptr[u + 1]] if u >= 0 else np.empty(0, np.int64) for u in inner]
+        return recommend_frame(self.posterior_, users, inner, self.encoders_[1].classes_.to_numpy(), exclude, n,
+                               strategy, kappa)
+
     def save(self, path) -> None:
         """Save the fitted model (weights, id maps, hyper-parameters, versions) to ``path``."""
         check_is_fitted(self, "posterior_")
         state = {"classes": [enc.classes_.tolist() for enc in self.encoders_],
                  "names": [enc.name for enc in self.encoders_],
-                 "feature_names_in": (list(self.feature_names_in_) if hasattr(self, "feature_names_in_") else None)}
+                 "feature_names_in": (list(self.feature_names_in_) if hasattr(self, "feature_names_in_") else None),
+                 "rated": (None if self._rated is None else [torch.from_numpy(a) for a in self._rated])}
         save_model(self, path, state)
 
     @classmethod
@@ -96,6 +122,7 @@ class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
         est.n_features_in_ = len(est.encoders_)
         if st["feature_names_in"] is not None:
             est.feature_names_in_ = np.asarray(st["feature_names_in"], dtype=object)
+        est._rated = None if st["rated"] is None else tuple(t.numpy() for t in st["rated"])
         restore_common(est, payload, device)
         return est
 
@@ -115,6 +142,13 @@ class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
         # every value as a categorical id (each one a new level), so their R^2 bar does not apply
         tags.regressor_tags.poor_score = True
         return tags
+
+
+def _rated_items(index: np.ndarray, n_users: int) -> tuple[np.ndarray, np.ndarray]:
+    """CSR-style (indptr, item indices) of the items each user rated, for ``exclude_rated``."""
+    order = np.argsort(index[:, 0], kind="stable")
+    counts = np.bincount(index[:, 0], minlength=n_users)
+    return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), index[order, 1].astype(np.int64)
 
 
 def _labels(names: list[str] | None, n: int) -> list[str]:

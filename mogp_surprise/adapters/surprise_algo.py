@@ -4,12 +4,13 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import numpy as np
+import pandas as pd
 import torch
 from surprise import AlgoBase, Prediction, Trainset
 
 from ..core.config import MWGPConfig
 from ..core.trainer import fit_mwgp
-from ._common import PARAMS_DOC, HyperParamsMixin, require_fitted
+from ._common import PARAMS_DOC, HyperParamsMixin, recommend_frame, require_fitted
 from .persistence import load_payload, restore_common, save_model
 
 _UNKNOWN_PREFIX = "UKN__"
@@ -145,6 +146,42 @@ class MWGP(HyperParamsMixin, AlgoBase):
             raise ValueError(f"`uid` and `iid` must have the same length, got {len(users)} and {len(items)}")
         mean, var = self._predict_raw(users, items, include_noise)
         return (float(mean[0]), float(var[0])) if scalar else (mean, var)
+
+    # -- recommendation ----------------------------------------------------------------------------
+    def recommend(self, uid: Any, n: int = 10, strategy: str = "mean", kappa: float = 1.0,
+                  exclude_rated: bool = True) -> pd.DataFrame:
+        """Top-``n`` items for one raw user id, ranked with their uncertainty.
+
+        Parameters
+        ----------
+        uid : raw user id (an unseen user gets the cold-start ranking)
+        n : int, default=10
+        strategy : {"mean", "lcb", "ucb"}, default="mean"
+            Rank by the predictive mean, by mean - kappa*std (risk-averse: prefer items the model
+            is sure about) or by mean + kappa*std (exploratory).
+        kappa : float, default=1.0
+        exclude_rated : bool, default=True
+            Skip items the user rated in the training set.
+
+        Returns
+        -------
+        DataFrame with columns rank, item, mean, std, score (best first)
+        """
+        return self.recommend_many([uid], n, strategy, kappa, exclude_rated).drop(columns="user")
+
+    def recommend_many(self, uids: Sequence[Any], n: int = 10, strategy: str = "mean", kappa: float = 1.0,
+                       exclude_rated: bool = True) -> pd.DataFrame:
+        """Batched :meth:`recommend`: one DataFrame with columns user, rank, item, mean, std, score."""
+        post = require_fitted(self)
+        ts = self.trainset
+        uids = list(uids)
+        inner = np.array([ts._raw2inner_id_users.get(u, -1) for u in uids], dtype=np.int64)
+        exclude = None
+        if exclude_rated:
+            exclude = [np.array([i for i, _ in ts.ur[u]], dtype=np.int64) if u >= 0 else np.empty(0, np.int64)
+                       for u in inner]
+        raw_items = np.array([ts.to_raw_iid(i) for i in range(ts.n_items)], dtype=object)
+        return recommend_frame(post, uids, inner, raw_items, exclude, n, strategy, kappa)
 
     def _predict_raw(self, users: list, items: list, include_noise: bool = True):
         post = require_fitted(self)

@@ -185,15 +185,20 @@ class MWGPPosterior:
         mean = np.empty(n, dtype=np.float64)
         var = np.empty(n, dtype=np.float64)
         step = self.chunk_size if chunk_size is None else _check_chunk_size(chunk_size)
-        with torch.no_grad():
-            for start in range(0, n, step):
-                chunk = torch.as_tensor(index[start:start + step], dtype=torch.long, device=self.device)
-                m, v = self._latent_chunk(chunk)
-                if include_noise:
-                    v = v + self.noise
-                mean[start:start + step] = (m * self.rating_std + self.rating_mean).double().cpu().numpy()
-                var[start:start + step] = (v * self.rating_std ** 2).double().cpu().numpy()
+        for start in range(0, n, step):
+            chunk = torch.as_tensor(index[start:start + step], dtype=torch.long, device=self.device)
+            m, v = self.moments(chunk, include_noise)
+            mean[start:start + step] = m.double().cpu().numpy()
+            var[start:start + step] = v.double().cpu().numpy()
         return mean, var
+
+    @torch.no_grad()
+    def moments(self, index: Tensor, include_noise: bool = True) -> tuple[Tensor, Tensor]:
+        """Like :meth:`predict` for one chunk of a (validated) long tensor, returning tensors on the device."""
+        m, v = self._latent_chunk(index)
+        if include_noise:
+            v = v + self.noise
+        return m * self.rating_std + self.rating_mean, v * self.rating_std ** 2
 
     def _latent_chunk(self, index: Tensor) -> tuple[Tensor, Tensor]:
         n_factors = self.n_factors

@@ -1,0 +1,91 @@
+"""Uncertainty-aware top-N: rank items by mean, by mean - kappa*std (risk-averse) or mean + kappa*std."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from .posterior import MWGPPosterior
+
+STRATEGIES = ("mean", "lcb", "ucb")
+
+
+@dataclass
+class TopN:
+    """Top-N lists for k users; entries past a user's available items have item index -1."""
+
+    items: np.ndarray  # (k, n) inner item indices
+    mean: np.ndarray  # (k, n) predictive mean of the rating
+    std: np.ndarray  # (k, n) predictive std of the rating (noise included)
+    score: np.ndarray  # (k, n) ranking score
+
+
+def check_strategy(strategy: str, kappa: float, n: int) -> None:
+    if strategy not in STRATEGIES:
+        raise ValueError(f"`strategy` must be one of {STRATEGIES}, got {strategy!r}")
+    if isinstance(kappa, bool) or not isinstance(kappa, (int, float, np.floating)) or not math.isfinite(kappa) \
+            or kappa < 0:
+        raise ValueError(f"`kappa` must be a finite number >= 0, got {kappa!r}")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"`n` must be an int >= 1, got {n!r}")
+
+
+def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: str = "mean", kappa: float = 1.0,
+          exclude: Sequence[np.ndarray] | None = None, chunk_size: int | None = None) -> TopN:
+    """Rank every item for each user of a (user, item) model.
+
+    Parameters
+    ----------
+    posterior : MWGPPosterior with two factors (user, item)
+    users : int ndarray of shape (k,)
+        Inner user indices; -1 for a user unseen in training (cold start).
+    n : int
+        Length of each list.
+    strategy : {"mean", "lcb", "ucb"}
+        Score = mean, mean - kappa * std, or mean + kappa * std.
+    kappa : float
+    exclude : sequence of k int arrays, optional
+        Inner item indices never to recommend to each user (e.g. those already rated).
+    chunk_size : int, optional
+        (user, item) pairs scored at once; defaults to the posterior's ``chunk_size``.
+    """
+    check_strategy(strategy, kappa, n)
+    if posterior.n_factors != 2:
+        raise ValueError(f"top-N ranking needs a (user, item) model; this one has {posterior.n_factors} factors")
+    users = np.asarray(users, dtype=np.int64).reshape(-1)
+    n_users, n_items = posterior.n_levels
+    if users.size and (users.min() < -1 or users.max() >= n_users):
+        raise ValueError(f"user indices must lie in [-1, {n_users}), got range [{users.min()}, {users.max()}]")
+    if exclude is not None and len(exclude) != len(users):
+        raise ValueError(f"`exclude` must hold one array per user ({len(users)}), got {len(exclude)}")
+    k, width = len(users), min(n, n_items)
+    out_items = np.full((k, width), -1, dtype=np.int64)
+    out = {name: np.full((k, width), np.nan) for name in ("mean", "std", "score")}
+    device = posterior.device
+    all_items = torch.arange(n_items, device=device)
+    per_chunk = max(1, (chunk_size or posterior.chunk_size) // n_items)
+    for start in range(0, k, per_chunk):
+        block = torch.as_tensor(users[start:start + per_chunk], device=device)
+        b = block.shape[0]
+        index = torch.stack([block.repeat_interleave(n_items), all_items.repeat(b)], dim=1)
+        mean, var = posterior.moments(index)
+        mean, std = mean.view(b, n_items), var.sqrt().view(b, n_items)
+        sign = {"mean": 0.0, "lcb": -1.0, "ucb": 1.0}[strategy]
+        score = mean + sign * kappa * std if sign else mean.clone()
+        if exclude is not None:
+            for row in range(b):
+                banned = np.asarray(exclude[start + row], dtype=np.int64)
+                if banned.size:
+                    score[row, torch.as_tensor(banned, device=device)] = -math.inf
+        best_score, best = torch.topk(score, width, dim=1)
+        valid = torch.isfinite(best_score)
+        rows = slice(start, start + b)
+        out_items[rows] = torch.where(valid, best, torch.full_like(best, -1)).cpu().numpy()
+        for name, values in (("mean", mean), ("std", std)):
+            picked = torch.gather(values, 1, best)
+            out[name][rows] = torch.where(valid, picked, torch.full_like(picked, math.nan)).double().cpu().numpy()
+        out["score"][rows] = torch.where(valid, best_score, torch.full_like(best_score, math.nan)).double().cpu().numpy()
+    return TopN(out_items, out["mean"], out["std"], out["score"])
