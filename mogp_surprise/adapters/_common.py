@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import inspect
 import numbers
+import warnings
 from typing import Any, Sequence
 
 import numpy as np
@@ -52,6 +53,7 @@ class IdEncoder:
         codes, uniques = pd.factorize(pd.Index(_as_object(values)), sort=False)
         self.classes_ = pd.Index(uniques)
         self._train_codes = codes
+        self.kind = _id_kind(uniques[0]) if len(uniques) else None
 
     @classmethod
     def from_classes(cls, name: str, classes: Sequence[Any]) -> "IdEncoder":
@@ -60,11 +62,21 @@ class IdEncoder:
         enc.name = name
         enc.classes_ = pd.Index(_as_object(classes)) if len(classes) else pd.Index([])
         enc._train_codes = np.arange(len(classes))
+        enc.kind = _id_kind(classes[0]) if len(classes) else None
         return enc
 
     @property
     def n_levels(self) -> int:
         return len(self.classes_)
+
+    def warn_if_kind_differs(self, values: np.ndarray) -> None:
+        """Warn when ids at predict time are of another type than in fit (e.g. '12' vs 12): all would be unseen."""
+        if len(values) and self.kind is not None:
+            kind = _id_kind(np.asarray(values)[0])
+            if kind != self.kind:
+                warnings.warn(f"id column {self.name!r} holds {kind} ids but the model was fitted on {self.kind} ids; "
+                              "ids of another type are all treated as unseen (cold start). Convert them to the "
+                              "fitted type.", UserWarning, stacklevel=4)
 
     def transform(self, values: Sequence[Any] | np.ndarray) -> np.ndarray:
         return self.classes_.get_indexer(pd.Index(_as_object(values))).astype(np.int64)
@@ -103,7 +115,7 @@ def _id_kind(value: Any) -> str:
         return "str"
     if isinstance(value, (bool, np.bool_)):
         return "bool"
-    if isinstance(value, numbers.Number):
+    if isinstance(value, numbers.Number) or isinstance(value, np.number):
         return "number"
     return type(value).__name__
 

@@ -72,6 +72,8 @@ class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
         check_is_fitted(self, "posterior_")
         columns, names = _split_columns(X, expected=self.n_features_in_)
         self._check_names(names)
+        for enc, col in zip(self.encoders_, columns):
+            enc.warn_if_kind_differs(col)
         index = np.stack([enc.transform(col) for enc, col in zip(self.encoders_, columns)], axis=1)
         return self.posterior_.predict(index.reshape(-1, self.n_features_in_), include_noise=include_noise)
 
@@ -189,7 +191,7 @@ def _split_columns(X: Any, expected: int | None) -> tuple[list[np.ndarray], list
                          f"(the id columns seen in fit)")
     if expected is None and n_rows < 2:
         raise ValueError(f"Found array with {n_rows} sample(s) (shape=({n_rows}, {n_cols})) while a minimum of "
-                         "2 is required: MW-GP needs at least 2 ratings (n_samples=1 cannot be fitted)")
+                         f"2 is required: MW-GP needs at least 2 ratings (n_samples={n_rows})")
     for name, col in zip(_labels(names, n_cols), columns):
         check_id_column(name, col)
     return columns, names
@@ -202,7 +204,14 @@ def _uniform(X: Any) -> bool:
 def _check_target(y: Any, n_rows: int) -> np.ndarray:
     if y is None:
         raise ValueError("MWGPRegressor requires y to be passed, but the target y is None (y: the ratings)")
-    arr = np.asarray(y.to_numpy() if isinstance(y, (pd.Series, pd.DataFrame)) else y)
+    if isinstance(y, (pd.Series, pd.DataFrame)):
+        arr = y.to_numpy()
+    elif isinstance(y, np.ndarray):
+        arr = y
+    else:  # a list keeps each element's own type, so a bad one can be named
+        arr = np.asarray(y)
+        if arr.dtype.kind in "USO":
+            arr = np.array(y, dtype=object)
     if arr.ndim == 2 and arr.shape[1] == 1:
         warnings.warn("A column-vector y was passed when a 1d array was expected; y is raveled to shape "
                       "(n_samples,)", DataConversionWarning, stacklevel=3)
@@ -211,12 +220,14 @@ def _check_target(y: Any, n_rows: int) -> np.ndarray:
         raise ValueError(f"y must be 1-D ratings of shape (n_samples,), got shape {arr.shape}")
     if arr.shape[0] != n_rows:
         raise ValueError(f"X and y have inconsistent lengths: X has {n_rows} rows, y has {arr.shape[0]}")
+    if arr.dtype.kind == "c":
+        raise ValueError(f"y must hold real numeric ratings, got complex dtype {arr.dtype}")
     if arr.dtype.kind not in "biuf":
-        try:
-            arr = arr.astype(np.float64)
-        except (TypeError, ValueError):
-            bad = next((v for v in arr if not _is_number(v)), arr[0])
-            raise ValueError(f"y must hold numeric ratings; found {bad!r} ({type(bad).__name__})") from None
+        values = arr.tolist()
+        for pos, value in enumerate(values):
+            if not (_is_number(value) or value is None):
+                raise ValueError(f"y must hold numeric ratings; found {value!r} ({type(value).__name__}) at row {pos}")
+        arr = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
     arr = arr.astype(np.float64)
     if not np.isfinite(arr).all():
         pos = int(np.flatnonzero(~np.isfinite(arr))[0])
@@ -226,8 +237,4 @@ def _check_target(y: Any, n_rows: int) -> np.ndarray:
 
 
 def _is_number(v: Any) -> bool:
-    try:
-        float(v)
-        return not isinstance(v, (str, bytes))
-    except (TypeError, ValueError):
-        return False
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))

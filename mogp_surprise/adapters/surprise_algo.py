@@ -10,7 +10,7 @@ from surprise import AlgoBase, Prediction, Trainset
 
 from ..core.config import MWGPConfig
 from ..core.trainer import fit_mwgp
-from ._common import PARAMS_DOC, HyperParamsMixin, recommend_frame, require_fitted
+from ._common import PARAMS_DOC, HyperParamsMixin, check_id_column, recommend_frame, require_fitted
 from .persistence import load_payload, restore_common, save_model
 
 _UNKNOWN_PREFIX = "UKN__"
@@ -60,9 +60,19 @@ class MWGP(HyperParamsMixin, AlgoBase):
     # -- training ------------------------------------------------------------------------------
     def fit(self, trainset: Trainset) -> "MWGP":
         """Train on a Surprise ``Trainset`` (the model is rebuilt from scratch)."""
+        if not isinstance(trainset, Trainset):
+            raise TypeError(f"MWGP.fit expects a surprise Trainset (e.g. data.build_full_trainset() or a fold from "
+                            f"a cross-validation iterator), got {type(trainset).__name__}")
         config = self._config()
-        AlgoBase.fit(self, trainset)
+        check_id_column("user", np.array(list(trainset._raw2inner_id_users), dtype=object))
+        check_id_column("item", np.array(list(trainset._raw2inner_id_items), dtype=object))
         index, ratings = _trainset_arrays(trainset)
+        bad = ~np.isfinite(ratings)
+        if bad.any():
+            u, i = index[np.flatnonzero(bad)[0]]
+            raise ValueError(f"ratings must be finite; {int(bad.sum())} are NaN/inf (first: user "
+                             f"{trainset.to_raw_uid(int(u))!r}, item {trainset.to_raw_iid(int(i))!r})")
+        AlgoBase.fit(self, trainset)
         result = fit_mwgp(index, ratings, (trainset.n_users, trainset.n_items), config)
         self.posterior_ = result.posterior
         self.loss_history_ = result.loss_history
@@ -95,6 +105,12 @@ class MWGP(HyperParamsMixin, AlgoBase):
         algo.bu = algo.bi = None
         restore_common(algo, payload, device)
         return algo
+
+    def predict(self, uid: Any, iid: Any, r_ui: float | None = None, clip: bool = True,
+                verbose: bool = False) -> Prediction:
+        """Surprise's ``AlgoBase.predict`` (raw ids); raises ``NotFittedError`` before ``fit``."""
+        require_fitted(self)
+        return AlgoBase.predict(self, uid, iid, r_ui, clip, verbose)
 
     # -- Surprise's per-pair contract ------------------------------------------------------------
     def estimate(self, u: int | str, i: int | str) -> tuple[float, dict[str, float]]:

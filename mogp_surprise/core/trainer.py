@@ -98,7 +98,7 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
     if not rating_std > 1e-12:  # all ratings equal: keep the scale, let the noise shrink
         rating_std = 1.0
     n = index.shape[0]
-    idx_t = torch.as_tensor(index, dtype=torch.long)
+    idx_t = torch.from_numpy(np.array(index, dtype=np.int64))  # a copy: inputs may be read-only views
     y_t = torch.as_tensor((ratings - rating_mean) / rating_std, dtype=dtype)
 
     module = MWGPModule(tuple(n_levels), config.latent_dim, config.n_inducing, config.use_biases).to(dtype=dtype)

@@ -1,0 +1,66 @@
+"""Helpers shared by the benchmark scripts (timing, peak memory, data, output)."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+
+def machine() -> dict[str, Any]:
+    return {"python": platform.python_version(), "torch": torch.__version__, "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(), "cuda": torch.cuda.is_available(),
+            "platform": platform.platform()}
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far, in MB (Linux reports KB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def best_of(fn: Callable[[], Any], repeat: int = 3) -> float:
+    """Minimum wall time of ``repeat`` calls (seconds)."""
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def synthetic_index(n_ratings: int, n_users: int | None = None, n_items: int | None = None, seed: int = 0):
+    """Random (user, item) index pairs and ratings of a given size (for timing only)."""
+    rng = np.random.default_rng(seed)
+    n_users = n_users or max(100, n_ratings // 150)
+    n_items = n_items or max(50, n_ratings // 250)
+    index = np.stack([rng.integers(0, n_users, n_ratings), rng.integers(0, n_items, n_ratings)], 1)
+    ratings = rng.integers(1, 6, n_ratings).astype(np.float64)
+    return index.astype(np.int64), ratings, (n_users, n_items)
+
+
+def write_json(name: str, payload: dict[str, Any], out: str | None) -> Path:
+    path = Path(out) if out else Path(__file__).parent / "results" / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"benchmark": name, "machine": machine(), **payload}, indent=2, default=float))
+    return path
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """A small fixed-width text table."""
+    if not rows:
+        return ""
+    cols = list(rows[0])
+    fmt = {c: max(len(c), *(len(_fmt(r[c])) for r in rows)) for c in cols}
+    lines = ["  ".join(c.ljust(fmt[c]) for c in cols)]
+    lines += ["  ".join(_fmt(r[c]).ljust(fmt[c]) for c in cols) for r in rows]
+    return "\n".join(lines)
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
