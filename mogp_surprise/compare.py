@@ -97,6 +97,16 @@ class CompareResult:
         return summary_markdown(self.summary(), self.settings)
 
 
+def timed_fit_test(algo: Any, trainset: Any, testset: list) -> tuple[list, float, float]:
+    """Fit ``algo`` on ``trainset`` and predict ``testset``; return (predictions, fit seconds, test seconds)."""
+    start = time.perf_counter()
+    algo.fit(trainset)
+    fit_s = time.perf_counter() - start
+    start = time.perf_counter()
+    predictions = algo.test(testset)
+    return predictions, fit_s, time.perf_counter() - start
+
+
 def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: int = 5, random_state: int = 0,
             mwgp_params: dict[str, Any] | None = None, progress: bool = False,
             extra_algos: dict[str, AlgoSpec] | None = None) -> CompareResult:
@@ -136,13 +146,7 @@ def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: i
         for key in algos:
             spec = registry[key]
             bar.set_postfix_str(f"fold {fold + 1}/{n_folds}: {key}")
-            algo = spec.make(random_state, params)
-            start = time.perf_counter()
-            algo.fit(trainset)
-            fit_s = time.perf_counter() - start
-            start = time.perf_counter()
-            predictions = algo.test(testset)
-            test_s = time.perf_counter() - start
+            predictions, fit_s, test_s = timed_fit_test(spec.make(random_state, params), trainset, testset)
             y, mean, std = arrays_from_predictions(predictions)
             curve = qp_curve(y, mean, std, quantiles=QP_QUANTILES, metrics=("rmse", "mae"))
             curves[key].append(curve)
@@ -236,6 +240,7 @@ def plot_results(out_dir: str | Path, title: str = "") -> dict[str, Path]:
     title = title or meta.get("title", "")
     labels = dict(zip(summary["algo"], summary["label"]))
     kinds = dict(zip(summary["algo"], summary["uncertainty"]))
+    colors = {label: f"C{k}" for k, label in enumerate(summary["label"])}  # one colour per model everywhere
     paths = {}
     for metric in ("rmse", "mae"):
         per_algo = {labels[k]: qp_curves_over_folds([g.drop(columns=["algo", "fold"]) for _, g in c.groupby("fold")])
@@ -243,13 +248,13 @@ def plot_results(out_dir: str | Path, title: str = "") -> dict[str, Path]:
         baselines = {labels[k]: float(summary.loc[summary["algo"] == k, f"{metric}_q100_mean"].iloc[0])
                      for k in summary["algo"] if kinds.get(k) == "homoscedastic"}
         fig, ax = plt.subplots(figsize=(6, 4))
-        plot_qp(per_algo, metric=metric, baselines=baselines, ax=ax,
+        plot_qp(per_algo, metric=metric, baselines=baselines, ax=ax, colors=colors,
                 title=f"{title} — {metric.upper()} on the q most confident predictions" if title else None)
         paths[f"qp_{metric}_png"] = save_figure(fig, out / f"qp_{metric}.png")
         plt.close(fig)
     fig, ax = plt.subplots(figsize=(4.5, 4.5))
     plot_calibration({labels[k]: c.drop(columns=["algo"]) for k, c in calib.groupby("algo", sort=False)}, ax=ax,
-                     title=f"{title} — calibration" if title else None)
+                     title=f"{title} — calibration" if title else None, colors=colors)
     paths["calibration_png"] = save_figure(fig, out / "calibration.png")
     plt.close(fig)
     return paths

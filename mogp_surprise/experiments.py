@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +69,7 @@ def run_demo(data: LoadedData, mwgp_params: dict[str, Any] | None = None, test_s
     from surprise.model_selection import train_test_split
 
     from .adapters.surprise_algo import MWGP
+    from .compare import timed_fit_test
     from .evaluation import qp_curve
 
     trainset, testset = train_test_split(data.surprise_dataset(), test_size=test_size, random_state=random_state)
@@ -77,12 +77,7 @@ def run_demo(data: LoadedData, mwgp_params: dict[str, Any] | None = None, test_s
     rows, preds = [], {}
     for label, algo in (("SVD (Surprise)", SVD(random_state=random_state)),
                         ("MW-GP", MWGP(random_state=random_state, **(mwgp_params or {})))):
-        start = time.perf_counter()
-        algo.fit(trainset)
-        fit_time = time.perf_counter() - start
-        start = time.perf_counter()
-        pred = algo.test(testset)
-        test_time = time.perf_counter() - start
+        pred, fit_time, test_time = timed_fit_test(algo, trainset, testset)
         est = np.array([p.est for p in pred])
         row = {"algorithm": label, "rmse": float(np.sqrt(np.mean((est - y) ** 2))),
                "mae": float(np.mean(np.abs(est - y))), "fit_s": fit_time, "test_s": test_time}

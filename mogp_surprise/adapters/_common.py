@@ -48,22 +48,16 @@ class HyperParamsMixin:
 class IdEncoder:
     """Maps raw ids of one factor (ints, strings, ...) to inner indices 0..n-1; unknown -> -1."""
 
-    def __init__(self, name: str, values: Sequence[Any] | np.ndarray) -> None:
+    def __init__(self, name: str, classes: Sequence[Any] | np.ndarray) -> None:
         self.name = name
-        codes, uniques = pd.factorize(pd.Index(_as_object(values)), sort=False)
-        self.classes_ = pd.Index(uniques)
-        self._train_codes = codes
-        self.kind = _id_kind(uniques[0]) if len(uniques) else None
+        self.classes_ = pd.Index(_as_object(classes)) if len(classes) else pd.Index([])
+        self.kind = _id_kind(self.classes_[0]) if len(self.classes_) else None
 
     @classmethod
-    def from_classes(cls, name: str, classes: Sequence[Any]) -> "IdEncoder":
-        """An encoder with known levels in the given order (used when loading a saved model)."""
-        enc = cls.__new__(cls)
-        enc.name = name
-        enc.classes_ = pd.Index(_as_object(classes)) if len(classes) else pd.Index([])
-        enc._train_codes = np.arange(len(classes))
-        enc.kind = _id_kind(classes[0]) if len(classes) else None
-        return enc
+    def fit(cls, name: str, values: Sequence[Any] | np.ndarray) -> tuple["IdEncoder", np.ndarray]:
+        """An encoder of the distinct ``values`` (in order of appearance) and the inner index of each value."""
+        codes, uniques = pd.factorize(pd.Index(_as_object(values)), sort=False)
+        return cls(name, uniques), codes.astype(np.int64)
 
     @property
     def n_levels(self) -> int:

@@ -78,9 +78,12 @@ def load_payload(path: str | os.PathLike, expected: str) -> dict[str, Any]:
     return payload
 
 
-def restore_common(estimator: Any, payload: dict[str, Any], device: Any = None) -> None:
-    """Set the fitted attributes shared by both adapters from a loaded payload."""
+def load_model(cls: type, path: str | os.PathLike, device: Any = None) -> tuple[Any, dict[str, Any]]:
+    """A ``cls`` instance with the saved hyper-parameters and posterior, plus its adapter-specific state."""
+    payload = load_payload(path, expected=cls.__name__)
+    estimator = cls(**payload["hyper_params"])
     post = MWGPPosterior.from_state_dict(payload["posterior"])
     estimator.posterior_ = post if device is None else post.to(device=torch.device(device))
     estimator.loss_history_ = list(payload["training"]["loss_history"])
     estimator.fit_time_ = float(payload["training"]["fit_time"])
+    return estimator, payload["state"]

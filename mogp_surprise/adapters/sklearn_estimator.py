@@ -13,7 +13,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..core.trainer import fit_mwgp
 from ._common import PARAMS_DOC, HyperParamsMixin, IdEncoder, check_id_column, recommend_frame
-from .persistence import load_payload, restore_common, save_model
+from .persistence import load_model, save_model
 
 class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
     __doc__ = f"""Multi-output GP matrix factorisation (MW-GP) as a scikit-learn regressor.
@@ -54,8 +54,9 @@ class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
             self.feature_names_in_ = np.asarray(names, dtype=object)
         elif hasattr(self, "feature_names_in_"):
             del self.feature_names_in_
-        self.encoders_ = [IdEncoder(name, col) for name, col in zip(_labels(names, len(columns)), columns)]
-        index = np.stack([enc._train_codes for enc in self.encoders_], axis=1).astype(np.int64)
+        fitted = [IdEncoder.fit(name, col) for name, col in zip(_labels(names, len(columns)), columns)]
+        self.encoders_ = [enc for enc, _ in fitted]
+        index = np.stack([codes for _, codes in fitted], axis=1)
         result = fit_mwgp(index, y, tuple(enc.n_levels for enc in self.encoders_), config)
         self._rated = _rated_items(index, self.encoders_[0].n_levels) if len(columns) == 2 else None
         self.posterior_ = result.posterior
@@ -117,15 +118,12 @@ class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
     @classmethod
     def load(cls, path, device=None) -> "MWGPRegressor":
         """Load a model written by :meth:`save` (``device``: where to put it; default CPU)."""
-        payload = load_payload(path, expected=cls.__name__)
-        est = cls(**payload["hyper_params"])
-        st = payload["state"]
-        est.encoders_ = [IdEncoder.from_classes(name, classes) for name, classes in zip(st["names"], st["classes"])]
+        est, st = load_model(cls, path, device)
+        est.encoders_ = [IdEncoder(name, classes) for name, classes in zip(st["names"], st["classes"])]
         est.n_features_in_ = len(est.encoders_)
         if st["feature_names_in"] is not None:
             est.feature_names_in_ = np.asarray(st["feature_names_in"], dtype=object)
         est._rated = None if st["rated"] is None else tuple(t.numpy() for t in st["rated"])
-        restore_common(est, payload, device)
         return est
 
     def _check_names(self, names: list[str] | None) -> None:

@@ -11,7 +11,7 @@ from surprise import AlgoBase, Prediction, Trainset
 from ..core.config import MWGPConfig
 from ..core.trainer import fit_mwgp
 from ._common import PARAMS_DOC, HyperParamsMixin, check_id_column, recommend_frame, require_fitted
-from .persistence import load_payload, restore_common, save_model
+from .persistence import load_model, save_model
 
 _UNKNOWN_PREFIX = "UKN__"
 
@@ -97,13 +97,10 @@ class MWGP(HyperParamsMixin, AlgoBase):
     @classmethod
     def load(cls, path, device=None) -> "MWGP":
         """Load a model written by :meth:`save` (``device``: where to put it; default CPU)."""
-        payload = load_payload(path, expected=cls.__name__)
-        algo = cls(**payload["hyper_params"])
-        st = payload["state"]
+        algo, st = load_model(cls, path, device)
         algo.trainset = _rebuild_trainset(st["raw_users"], st["raw_items"], st["index"].numpy(),
                                           st["ratings"].numpy(), tuple(st["rating_scale"]))
         algo.bu = algo.bi = None
-        restore_common(algo, payload, device)
         return algo
 
     def predict(self, uid: Any, iid: Any, r_ui: float | None = None, clip: bool = True,
@@ -126,6 +123,7 @@ class MWGP(HyperParamsMixin, AlgoBase):
 
         Estimates are clipped to the rating scale as Surprise does; ``details`` holds ``var``,
         ``std`` (of the unclipped predictive distribution) and ``was_impossible`` (always False).
+        ``verbose`` is accepted for compatibility and ignored: library code does not print.
         """
         testset = list(testset)
         mean, var = self._predict_raw([t[0] for t in testset], [t[1] for t in testset])

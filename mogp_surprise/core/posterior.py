@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .kernels import rbf, rbf_expectations
+from .kernels import cross_kernel, rbf, rbf_expectations
 from .linalg import safe_cholesky
 from .model import MWGPModule
 
@@ -224,8 +224,12 @@ class MWGPPosterior:
         unknown = [f for f in range(self.n_factors) if code >> f & 1]
         if known:
             x = torch.cat([self.embeddings[f][index[:, f]] for f in known], dim=-1)
-            dims = torch.cat([torch.arange(f * r, (f + 1) * r, device=self.device) for f in known])
-            kk = self.outputscale * rbf(x, self.inducing[:, dims], self.lengthscale[dims])
+            if unknown:
+                dims = torch.cat([torch.arange(f * r, (f + 1) * r, device=self.device) for f in known])
+                z, ls = self.inducing[:, dims], self.lengthscale[dims]
+            else:
+                z, ls = self.inducing, self.lengthscale
+            kk = cross_kernel(x, z, ls, self.outputscale)  # one GEMM + exp
         else:
             kk = self.outputscale * torch.ones(index.shape[0], self.n_inducing, dtype=self.dtype,
                                                device=self.device)

@@ -73,6 +73,7 @@ def plot_qp(
     baselines: Mapping[str, float] | None = None,
     ax: Any = None,
     title: str | None = None,
+    colors: Mapping[str, str] | None = None,
 ) -> Any:
     """Draw QP-curves: metric of the most confident predictions against ``q``.
 
@@ -92,11 +93,14 @@ def plot_qp(
         Axes to draw on; a new figure is made when None.
     title : str, optional
         Axes title.
+    colors : dict of str to str, optional
+        Label -> matplotlib colour, to keep one colour per model across figures.
 
     Returns
     -------
     matplotlib.axes.Axes
     """
+    colors = dict(colors or {})
     curves = _check_mapping(curves, "curves", "qp_curve DataFrame")
     baselines = {} if baselines is None else _check_mapping(baselines, "baselines", "float")
     for label, value in baselines.items():
@@ -116,12 +120,12 @@ def plot_qp(
         if f"{metric}_mean" in curve.columns:
             yerr = curve[f"{metric}_std"] if f"{metric}_std" in curve.columns else None
             ax.errorbar(x, curve[f"{metric}_mean"], yerr=yerr, marker="o", markersize=4,
-                        capsize=3, label=label)
+                        capsize=3, label=label, color=colors.get(label))
         else:
-            ax.plot(x, curve[metric], marker="o", markersize=4, label=label)
+            ax.plot(x, curve[metric], marker="o", markersize=4, label=label, color=colors.get(label))
     for k, (label, value) in enumerate(baselines.items()):
-        ax.axhline(float(value), linestyle="--", linewidth=1.2, color=f"C{len(curves) + k}",
-                   label=label)
+        ax.axhline(float(value), linestyle="--", linewidth=1.2,
+                   color=colors.get(label, f"C{len(curves) + k}"), label=label)
     ax.set_xlabel("q: most confident predictions kept (%)")
     ax.set_ylabel(metric.upper())
     if title is not None:
@@ -132,7 +136,8 @@ def plot_qp(
 
 
 def plot_calibration(
-    curves: Mapping[str, pd.DataFrame], ax: Any = None, title: str | None = None
+    curves: Mapping[str, pd.DataFrame], ax: Any = None, title: str | None = None,
+    colors: Mapping[str, str] | None = None,
 ) -> Any:
     """Reliability diagram: observed vs expected coverage of central intervals.
 
@@ -146,11 +151,15 @@ def plot_calibration(
     title : str, optional
         Axes title.
 
+    colors : dict of str to str, optional
+        Label -> matplotlib colour, to keep one colour per model across figures.
+
     Returns
     -------
     matplotlib.axes.Axes
         Points below the diagonal mean over-confidence (intervals too narrow).
     """
+    colors = dict(colors or {})
     curves = _check_mapping(curves, "curves", "calibration_curve DataFrame")
     for label, curve in curves.items():
         if not isinstance(curve, pd.DataFrame) or not {"expected", "observed"} <= set(curve.columns):
@@ -161,7 +170,8 @@ def plot_calibration(
     ax = _new_axes(ax)
     ax.plot([0, 1], [0, 1], linestyle=":", color="black", linewidth=1, label="calibrated")
     for label, curve in curves.items():
-        ax.plot(curve["expected"], curve["observed"], marker="o", markersize=3, label=label)
+        ax.plot(curve["expected"], curve["observed"], marker="o", markersize=3, label=label,
+                color=colors.get(label))
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     ax.set_aspect("equal")
