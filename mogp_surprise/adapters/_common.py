@@ -63,14 +63,13 @@ class IdEncoder:
     def n_levels(self) -> int:
         return len(self.classes_)
 
-    def warn_if_kind_differs(self, values: np.ndarray) -> None:
-        """Warn when ids at predict time are of another type than in fit (e.g. '12' vs 12): all would be unseen."""
+    def kind_mismatch(self, values: np.ndarray) -> str | None:
+        """A description when ids at predict time have another type than in fit (e.g. '12' vs 12), else None."""
         if len(values) and self.kind is not None:
             kind = _id_kind(np.asarray(values)[0])
             if kind != self.kind:
-                warnings.warn(f"id column {self.name!r} holds {kind} ids but the model was fitted on {self.kind} ids; "
-                              "ids of another type are all treated as unseen (cold start). Convert them to the "
-                              "fitted type.", UserWarning, stacklevel=4)
+                return f"{self.name!r} holds {kind} ids but was fitted on {self.kind} ids"
+        return None
 
     def transform(self, values: Sequence[Any] | np.ndarray) -> np.ndarray:
         return self.classes_.get_indexer(pd.Index(_as_object(values))).astype(np.int64)

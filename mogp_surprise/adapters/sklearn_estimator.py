@@ -73,8 +73,10 @@ class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
         check_is_fitted(self, "posterior_")
         columns, names = _split_columns(X, expected=self.n_features_in_)
         self._check_names(names)
-        for enc, col in zip(self.encoders_, columns):
-            enc.warn_if_kind_differs(col)
+        mismatched = [m for m in (enc.kind_mismatch(col) for enc, col in zip(self.encoders_, columns)) if m]
+        if mismatched:
+            warnings.warn(f"id column {'; '.join(mismatched)}: ids of another type are all treated as unseen (cold "
+                          "start). Convert them to the fitted type.", UserWarning, stacklevel=2)
         index = np.stack([enc.transform(col) for enc, col in zip(self.encoders_, columns)], axis=1)
         return self.posterior_.predict(index.reshape(-1, self.n_features_in_), include_noise=include_noise)
 

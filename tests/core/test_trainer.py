@@ -137,7 +137,9 @@ def test_all_equal_ratings(data) -> None:
 
 def test_fewer_ratings_than_inducing_points(data) -> None:
     index, y, _, _ = data
-    res = fit_mwgp(index[:10], y[:10], LEVELS, CONFIG.replace(n_epochs=2))
+    with pytest.warns(UserWarning, match="exceeds the number of training ratings"):
+        res = fit_mwgp(index[:10], y[:10], LEVELS, CONFIG.replace(n_epochs=2))
+    assert res.posterior.n_inducing == 10
     assert np.isfinite(res.posterior.predict(index[:5])[0]).all()
 
 
