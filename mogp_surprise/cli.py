@@ -21,7 +21,7 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"Data: {data.source}")
     print("Fitting Surprise SVD and MW-GP on the same 80/20 split ...\n")
     result = run_demo(data, mwgp_params=params, random_state=args.seed)
-    print(result.table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    print(result.table.to_string(index=False, float_format=lambda v: f"{v:.4f}", na_rep="-"))
     print("\n(rmse_q90 / rmse_q80: RMSE over the 90 % / 80 % of test ratings MW-GP is most sure about)\n")
     print("A few test ratings with MW-GP's predictive standard deviation:")
     print(result.examples.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
