@@ -1,0 +1,69 @@
+"""Uncertainty-aware top-N in the core: agrees with brute-force ranking, exclusions, strategies."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mogp_surprise.core import MWGPConfig, fit_mwgp
+from mogp_surprise.core.recommend import top_n
+
+N_USERS, N_ITEMS = 30, 25
+
+
+@pytest.fixture(scope="module")
+def posterior():
+    rng = np.random.default_rng(0)
+    index = np.stack([rng.integers(0, N_USERS, 600), rng.integers(0, N_ITEMS, 600)], 1)
+    y = rng.integers(1, 6, 600).astype(float)
+    return fit_mwgp(index, y, (N_USERS, N_ITEMS), MWGPConfig(n_epochs=3, n_inducing=16, batch_size=128,
+                                                             random_state=0)).posterior
+
+
+def _brute(posterior, user, strategy, kappa):
+    index = np.stack([np.full(N_ITEMS, user), np.arange(N_ITEMS)], 1)
+    mean, var = posterior.predict(index)
+    sign = {"mean": 0.0, "lcb": -1.0, "ucb": 1.0}[strategy]
+    return mean + sign * kappa * np.sqrt(var), mean, np.sqrt(var)
+
+
+@pytest.mark.parametrize("strategy", ["mean", "lcb", "ucb"])
+def test_top_n_matches_brute_force(posterior, strategy):
+    users = np.array([0, 5, 7, -1])
+    res = top_n(posterior, users, n=6, strategy=strategy, kappa=1.5, chunk_size=40)  # several chunks
+    for row, user in enumerate(users):
+        score, mean, std = _brute(posterior, user, strategy, 1.5)
+        expected = np.argsort(-score, kind="stable")[:6]
+        np.testing.assert_allclose(res.score[row], score[expected], rtol=1e-5)
+        np.testing.assert_allclose(np.sort(res.score[row])[::-1], res.score[row])  # best first
+        np.testing.assert_allclose(res.mean[row], mean[res.items[row]], rtol=1e-5)
+        np.testing.assert_allclose(res.std[row], std[res.items[row]], rtol=1e-5)
+
+
+def test_lcb_and_ucb_reorder_by_uncertainty(posterior):
+    lcb = top_n(posterior, np.array([3]), n=N_ITEMS, strategy="lcb", kappa=50.0)
+    ucb = top_n(posterior, np.array([3]), n=N_ITEMS, strategy="ucb", kappa=50.0)
+    # with a huge kappa the ranking is by std: LCB puts the most certain item first, UCB the least
+    assert lcb.std[0, 0] == pytest.approx(lcb.std[0].min())
+    assert ucb.std[0, 0] == pytest.approx(ucb.std[0].max())
+
+
+def test_exclusions_and_short_lists(posterior):
+    banned = np.arange(N_ITEMS - 3)
+    res = top_n(posterior, np.array([1, 2]), n=5, exclude=[banned, np.array([], dtype=np.int64)])
+    assert set(res.items[0][:3]) == {N_ITEMS - 3, N_ITEMS - 2, N_ITEMS - 1}
+    assert (res.items[0][3:] == -1).all() and np.isnan(res.score[0][3:]).all()
+    assert (res.items[1] >= 0).all()
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"strategy": "best"}, "strategy"), ({"kappa": -1.0}, "kappa"), ({"kappa": float("nan")}, "kappa"),
+    ({"n": 0}, "`n`"), ({"exclude": [np.array([0])]}, "one array per user"),
+])
+def test_bad_arguments(posterior, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        top_n(posterior, np.array([0, 1]), **kwargs)
+
+
+def test_user_out_of_range(posterior):
+    with pytest.raises(ValueError, match="user indices"):
+        top_n(posterior, np.array([N_USERS]))
