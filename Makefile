@@ -10,7 +10,7 @@ export MOGP_DATA
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install clean
+.PHONY: demo test docs install clean
 
 $(STAMP): pyproject.toml setup.cfg
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,9 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+docs: $(STAMP)
+	$(BIN)/python -m sphinx -W -b html docs docs/_build/html
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache

@@ -13,7 +13,8 @@ from ..core.config import MWGPConfig
 from ..core.errors import NotFittedError
 from ..core.posterior import MWGPPosterior
 
-_PARAM_DOC = MWGPConfig.__doc__.split("Parameters\n    ----------\n", 1)[1]
+# the numpydoc Parameters block of MWGPConfig, first-line indent removed so that it can follow "    " in an f-string
+_PARAM_DOC = MWGPConfig.__doc__.split("Parameters\n    ----------\n", 1)[1].lstrip(" ").rstrip() + "\n"
 
 
 class HyperParamsMixin:
