@@ -325,9 +325,10 @@ ADAPTERS = ("sklearn", "surprise")
 CUDA_MISSING = pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
 HYPER: list[tuple[str, Any, type[Exception], str, str]] = [  # (parameter, value, exception, rule regex, id)
     *[(name, value, ValueError if isinstance(value, int) and not isinstance(value, bool) else TypeError,
-       INT_RULE, f"{name}={value}")
+       INT_RULE + (r' or "auto"' if name == "batch_size" else ""), f"{name}={value}")
       for name in ("n_inducing", "latent_dim", "n_epochs", "batch_size", "chunk_size")
       for value in (0, -1, 2.5, True)],
+    ("batch_size", "big", TypeError, INT_RULE + r' or "auto"', "batch_size=big"),
     ("lr", 0.0, ValueError, POS_RULE, "lr=0"),
     ("lr", -0.1, ValueError, POS_RULE, "lr=-0.1"),
     ("lr", float("nan"), ValueError, POS_RULE, "lr=nan"),

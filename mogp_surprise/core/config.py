@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import numbers
 import re
 from dataclasses import dataclass, fields
@@ -14,6 +15,8 @@ _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 _DEVICES = ("auto", "cpu", "cuda")
 _SCHEDULES = ("cosine", "constant")
 _INITS = ("pca", "random")
+#: batch_size="auto": the MovieLens-tuned batch, reduced on small data to keep >= MIN_STEPS steps
+AUTO_BATCH, MIN_AUTO_BATCH, MIN_STEPS = 8192, 256, 240
 
 
 @dataclass(frozen=True)
@@ -28,8 +31,10 @@ class MWGPConfig:
         Dimension r of each user and item embedding.
     n_epochs : int, default=30
         Passes over the training ratings.
-    batch_size : int, default=8192
-        Ratings per minibatch. The data term of the ELBO is scaled by N / batch.
+    batch_size : int or "auto", default="auto"
+        Ratings per minibatch (the data term of the ELBO is scaled by N / batch). "auto" uses
+        8192, reduced on small data so that training takes at least 240 optimisation steps:
+        ``min(8192, max(256, ceil(N * n_epochs / 240)))``; see :meth:`resolved_batch_size`.
     lr : float, default=0.02
         Peak Adam learning rate.
     lr_schedule : {"cosine", "constant"}, default="cosine"
@@ -64,7 +69,7 @@ class MWGPConfig:
     n_inducing: int = 128
     latent_dim: int = 8
     n_epochs: int = 30
-    batch_size: int = 8192
+    batch_size: Any = "auto"
     lr: float = 0.02
     lr_schedule: str = "cosine"
     embedding_reg: float = 3.0
@@ -95,8 +100,10 @@ class MWGPConfig:
 
     def validate(self) -> None:
         """Check every value; raise ``ValueError``/``TypeError`` naming the parameter."""
-        for name in ("n_inducing", "latent_dim", "n_epochs", "batch_size", "chunk_size"):
+        for name in ("n_inducing", "latent_dim", "n_epochs", "chunk_size"):
             _check_int(name, getattr(self, name), minimum=1)
+        if not _is_auto(self.batch_size):
+            _check_int("batch_size", self.batch_size, minimum=1, also='or "auto"')
         for name in ("lr", "jitter"):
             _check_float(name, getattr(self, name), positive=True)
         for name in ("embedding_reg", "bias_reg", "kl_weight"):
@@ -120,6 +127,14 @@ class MWGPConfig:
                     f"`device` must be one of {_DEVICES}, 'cuda:N' or a torch.device, got {self.device!r}")
 
     # -- derived values, computed on demand (never stored) -------------------------------
+    def resolved_batch_size(self, n_ratings: int) -> int:
+        """The minibatch size used for ``n_ratings`` training ratings (never more than ``n_ratings``)."""
+        if _is_auto(self.batch_size):
+            batch = min(AUTO_BATCH, max(MIN_AUTO_BATCH, math.ceil(n_ratings * self.n_epochs / MIN_STEPS)))
+        else:
+            batch = int(self.batch_size)
+        return max(1, min(batch, n_ratings))
+
     def torch_dtype(self) -> torch.dtype:
         return _DTYPES[self.dtype]
 
@@ -139,11 +154,12 @@ class MWGPConfig:
         return torch.device(dev_str)
 
 
-def _check_int(name: str, value: Any, minimum: int) -> None:
+def _check_int(name: str, value: Any, minimum: int, also: str = "") -> None:
+    rule = f"an int >= {minimum}" + (f" {also}" if also else "")
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"`{name}` must be an int >= {minimum}, got {value!r} ({type(value).__name__})")
+        raise TypeError(f"`{name}` must be {rule}, got {value!r} ({type(value).__name__})")
     if value < minimum:
-        raise ValueError(f"`{name}` must be an int >= {minimum}, got {value!r}")
+        raise ValueError(f"`{name}` must be {rule}, got {value!r}")
 
 
 def _check_float(name: str, value: Any, positive: bool) -> None:
@@ -152,6 +168,10 @@ def _check_float(name: str, value: Any, positive: bool) -> None:
         raise TypeError(f"`{name}` must be a finite real number {rule}, got {value!r}")
     if not np.isfinite(value) or (value <= 0 if positive else value < 0):
         raise ValueError(f"`{name}` must be a finite real number {rule}, got {value!r}")
+
+
+def _is_auto(value: Any) -> bool:
+    return isinstance(value, str) and value == "auto"
 
 
 def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:

@@ -106,7 +106,7 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
     module = module.to(device)
     idx_t, y_t = idx_t.to(device), y_t.to(device)
 
-    batch = min(config.batch_size, n)
+    batch = config.resolved_batch_size(n)
     steps_per_epoch = math.ceil(n / batch)
     total_steps = config.n_epochs * steps_per_epoch
     optimizer = torch.optim.Adam(module.parameters(), lr=config.lr)

@@ -69,11 +69,11 @@ def test_cold_start_users_get_wider_honest_intervals():
     train, test_cold = df[~is_cold], df[is_cold]
     warm_test = train.sample(frac=0.2, random_state=0)
     train = train.drop(warm_test.index)
-    # small data: smaller batches than the MovieLens-tuned default so that training converges
-    est = MWGPRegressor(n_epochs=30, batch_size=1024, random_state=0).fit(train[["user", "item"]], train["rating"])
+    est = MWGPRegressor(random_state=0).fit(train[["user", "item"]], train["rating"])  # defaults: batch "auto"
     res = {}
     for name, part in (("warm", warm_test), ("cold", test_cold)):
         mean, std = est.predict(part[["user", "item"]], return_std=True)
         res[name] = (std.mean(), np.mean(np.abs(part["rating"].to_numpy() - mean) <= 1.645 * std))
     assert res["cold"][0] > 1.2 * res["warm"][0], res
-    assert res["cold"][1] >= res["warm"][1] - 0.01 and 0.80 <= res["cold"][1] <= 0.97, res
+    # ~2,400 cold ratings: a coverage estimate has a sampling std of ~0.007, so 0.03 is ~4 sigma
+    assert res["cold"][1] >= res["warm"][1] - 0.03 and 0.80 <= res["cold"][1] <= 0.97, res
