@@ -17,6 +17,8 @@ import numpy as np
 from surprise import AlgoBase, PredictionImpossible
 from surprise.prediction_algorithms.predictions import Prediction
 
+from ..core.errors import NotFittedError
+
 __all__ = ["HomoscedasticBaseline"]
 
 logger = logging.getLogger(__name__)
@@ -131,7 +133,7 @@ class HomoscedasticBaseline(AlgoBase):
     # -- prediction -----------------------------------------------------------
     def _check_fitted(self) -> None:
         if not hasattr(self, "var_"):
-            raise ValueError(f"{self.name} is not fitted; call fit(trainset) first")
+            raise NotFittedError(f"This {self.name} instance is not fitted yet; call fit(trainset) first")
 
     def _variance_details(self) -> dict[str, Any]:
         return {"var": self.var_, "std": self.std_, "homoscedastic": True}
