@@ -150,7 +150,6 @@ def plot_calibration(
         Axes to draw on; a new figure is made when None.
     title : str, optional
         Axes title.
-
     colors : dict of str to str, optional
         Label -> matplotlib colour, to keep one colour per model across figures.
 
