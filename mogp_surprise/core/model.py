@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .kernels import LOG_2PI, cross_kernel, gram, paired_kernel
+from .kernels import LOG_2PI, Workspace, data_fit, paired_kernel
 from .linalg import safe_cholesky
 
 MIN_NOISE = 1e-4
@@ -74,6 +74,7 @@ class MWGPModule(nn.Module):
         self.raw_noise = nn.Parameter(softplus_inverse(torch.tensor(0.5)))
         self.q_mean = nn.Parameter(torch.zeros(n_inducing))
         self.q_sqrt = nn.Parameter(torch.eye(n_inducing))
+        self.workspace: Workspace | None = None  # set by the trainer: reuse the B x m blocks across steps
 
     # -- constrained parameters ------------------------------------------------------------
     @property
@@ -95,13 +96,13 @@ class MWGPModule(nn.Module):
     # -- building blocks ---------------------------------------------------------------------
     def features(self, index: Tensor) -> Tensor:
         """Concatenated embeddings of index tuples, (B, F) -> (B, F * r)."""
-        return torch.cat([emb[index[:, f]] for f, emb in enumerate(self.embeddings)], dim=-1)
+        return torch.cat([emb.index_select(0, index[:, f]) for f, emb in enumerate(self.embeddings)], dim=-1)
 
     def prior_mean(self, index: Tensor) -> Tensor:
         """Mean function c + sum_f bias_f[index_f], shape (B,)."""
         out = self.global_mean.expand(index.shape[0])
         for f, bias in enumerate(self.biases):
-            out = out + bias[index[:, f]]
+            out = out + bias.index_select(0, index[:, f])
         return out
 
     def whitened_terms(self, jitter: float) -> WhitenedTerms:
@@ -125,15 +126,17 @@ class MWGPModule(nn.Module):
     def expected_log_lik(self, index: Tensor, y: Tensor, terms: WhitenedTerms) -> Tensor:
         """sum_n E_q[log N(y_n | f_n, sigma^2)] over the batch.
 
-        Only the sum of the variances enters, so it is computed as
-        B * outputscale + tr(M K^T K): one m x m Gram matrix instead of B quadratic forms.
+        With k_nn = outputscale, this is
+        -B/2 log(2 pi sigma^2) - (B outputscale + sum_n (r_n - k_n^T w)^2 + k_n^T M k_n) / (2 sigma^2)
+        where r_n = y_n - mu_n; the two sums come from :func:`~.kernels.data_fit`, which fuses the
+        kernel, both products and their gradients.
         """
-        knm = cross_kernel(self.features(index), self.inducing, self.lengthscale(), self.outputscale())
-        resid = y - self.prior_mean(index) - knm @ terms.w
-        var_sum = index.shape[0] * self.outputscale() + (terms.M * gram(knm)).sum()
+        outputscale = self.outputscale()
+        sums = data_fit(self.features(index), self.inducing, self.lengthscale(), outputscale, terms.w, terms.M,
+                        y - self.prior_mean(index), self.workspace)
         noise = self.noise()
-        return (-0.5 * index.shape[0] * (LOG_2PI + torch.log(noise))
-                - 0.5 * ((resid * resid).sum() + var_sum) / noise)
+        n = index.shape[0]
+        return -0.5 * n * (LOG_2PI + torch.log(noise)) - 0.5 * (n * outputscale + sums) / noise
 
     def kl_divergence(self) -> Tensor:
         """KL(N(m, L_S L_S^T) || N(0, I))."""

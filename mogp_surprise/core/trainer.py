@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 from .config import MWGPConfig
 from .errors import NumericalError
 from .initialization import initialise
+from .kernels import Workspace
 from .model import MWGPModule
 from .posterior import MWGPPosterior
 
@@ -26,6 +27,7 @@ class FitResult:
 
     posterior: MWGPPosterior
     loss_history: list[float] = field(default_factory=list)  # negative ELBO per rating, per epoch
+    epoch_times: list[float] = field(default_factory=list)  # wall-clock seconds of each epoch's optimisation
     fit_time: float = 0.0
     n_data: int = 0
 
@@ -104,6 +106,7 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
     module = MWGPModule(tuple(n_levels), config.latent_dim, config.n_inducing, config.use_biases).to(dtype=dtype)
     initialise(module, idx_t, y_t, config.init, gen)
     module = module.to(device)
+    module.workspace = Workspace()
     idx_t, y_t = idx_t.to(device), y_t.to(device)
 
     batch = config.resolved_batch_size(n)
@@ -113,8 +116,10 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(config.lr_schedule, total_steps))
 
     history: list[float] = []
+    epoch_times: list[float] = []
     bar = tqdm(range(config.n_epochs), desc="MW-GP", unit="epoch", disable=not config.verbose, leave=False)
     for epoch in bar:
+        epoch_start = time.perf_counter()
         perm = torch.randperm(n, generator=gen).to(device)
         total = 0.0
         for start in range(0, n, batch):
@@ -133,13 +138,15 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
             scheduler.step()
             total += value * rows.shape[0]
         history.append(total / n)
+        epoch_times.append(time.perf_counter() - epoch_start)
         bar.set_postfix(loss=f"{history[-1]:.4f}")
         logger.debug("epoch %d: negative ELBO per rating %.5f", epoch + 1, history[-1])
 
+    module.workspace = None
     posterior = MWGPPosterior.from_module(module, rating_mean, rating_std, config.jitter, config.chunk_size)
     elapsed = time.perf_counter() - started
     logger.info("MW-GP fitted on %d ratings in %.1f s (final loss %.4f)", n, elapsed, history[-1])
-    return FitResult(posterior=posterior, loss_history=history, fit_time=elapsed, n_data=n)
+    return FitResult(posterior=posterior, loss_history=history, epoch_times=epoch_times, fit_time=elapsed, n_data=n)
 
 
 def _schedule(kind: str, total_steps: int):

@@ -1,4 +1,4 @@
-"""Kernels of MW-GP: the paired product RBF kernel, its fast training form, K^T K and the psi statistics.
+"""Kernels of MW-GP: the paired product RBF kernel, its fast training forms and the psi statistics.
 
 References are written independently in numpy (float64), not with the library's own ``rbf``.
 """
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from mogp_surprise.core.kernels import cross_kernel, gram, paired_kernel, rbf, rbf_expectations
+from mogp_surprise.core.kernels import Workspace, cross_kernel, data_fit, paired_kernel, rbf, rbf_expectations
 
 R = 3  # embedding dimension of each factor
 
@@ -88,12 +88,76 @@ def test_cross_kernel_gradient_matches_paired_kernel() -> None:
         np.testing.assert_allclose(g_fast.numpy(), g_ref.numpy(), rtol=1e-8, atol=1e-10)
 
 
-def test_gram_value_and_gradcheck() -> None:
-    gen = torch.Generator().manual_seed(1)
-    k = torch.randn(7, 4, generator=gen, dtype=torch.float64)
-    np.testing.assert_allclose(gram(k).numpy(), k.numpy().T @ k.numpy(), rtol=1e-13, atol=1e-13)
-    assert gram(k).shape == (4, 4)
-    assert torch.autograd.gradcheck(gram, (k.clone().requires_grad_(True),), eps=1e-6, atol=1e-7, rtol=1e-6)
+def _data_fit_inputs(n_factors: int = 2, n: int = 9, m: int = 6, seed: int = 0):
+    x, z, ls, s = _inputs(n_factors, n=n, m=m, seed=seed)
+    gen = torch.Generator().manual_seed(seed + 100)
+    w = torch.randn(m, generator=gen, dtype=torch.float64)
+    a = torch.randn(m, m, generator=gen, dtype=torch.float64)
+    M = a @ a.T / m - torch.eye(m, dtype=torch.float64)  # symmetric, indefinite like L^-T (S - I) L^-1
+    r0 = torch.randn(n, generator=gen, dtype=torch.float64)
+    return x, z, ls, s, w, M, r0
+
+
+def _np_data_fit(x, z, ls, s, w, M, r0) -> float:
+    k = s * _np_rbf(x, z, ls)
+    e = r0 - k @ w
+    return float(e @ e + np.einsum("ij,jk,ik->", k, M, k))
+
+
+@pytest.mark.parametrize("n_factors", [1, 2, 3])
+def test_data_fit_value_matches_numpy(n_factors: int) -> None:
+    args = _data_fit_inputs(n_factors, seed=n_factors)
+    expected = _np_data_fit(*(a.numpy() for a in args))
+    assert float(data_fit(*args)) == pytest.approx(expected, rel=1e-12)
+    ws = Workspace()
+    assert float(data_fit(*args, workspace=ws)) == pytest.approx(expected, rel=1e-12)
+
+
+def test_data_fit_gradients_match_autograd_and_finite_differences() -> None:
+    args = _data_fit_inputs(2, n=11, m=5, seed=3)
+    leaves = [a.clone().requires_grad_(True) for a in args]
+    fused = torch.autograd.grad(data_fit(*leaves), leaves)
+    x, z, ls, s, w, M, r0 = leaves
+    k = paired_kernel(x, z, ls, s)
+    e = r0 - k @ w
+    reference = torch.autograd.grad((e * e).sum() + ((k @ M) * k).sum(), leaves)
+    for name, g_fused, g_ref in zip("x z ls s w M r0".split(), fused, reference):
+        np.testing.assert_allclose(g_fused.numpy(), g_ref.numpy(), rtol=1e-10, atol=1e-12, err_msg=name)
+    assert torch.autograd.gradcheck(data_fit, tuple(leaves), eps=1e-6, atol=1e-7, rtol=1e-6)
+
+
+def test_data_fit_partial_gradients_and_repeated_backward() -> None:
+    x, z, ls, s, w, M, r0 = _data_fit_inputs(2, seed=4)
+    xg = x.clone().requires_grad_(True)
+    out = data_fit(xg, z, ls, s, w, M, r0, Workspace())  # only x needs a gradient
+    (first,) = torch.autograd.grad(out, xg, retain_graph=True)
+    (second,) = torch.autograd.grad(out, xg)  # K M was overwritten by the first pass: recomputed
+    np.testing.assert_allclose(first.numpy(), second.numpy(), rtol=1e-13, atol=1e-15)
+
+
+def test_workspace_is_reused_and_never_shared_between_live_graphs() -> None:
+    ws = Workspace()
+    a1 = [t.clone().requires_grad_(True) for t in _data_fit_inputs(2, seed=5)]
+    a2 = [t.clone().requires_grad_(True) for t in _data_fit_inputs(2, seed=6)]
+    ref = [torch.autograd.grad(data_fit(*a), a) for a in (a1, a2)]
+    # two forward passes before either backward: the second must not reuse the lent buffers
+    out1, out2 = data_fit(*a1, workspace=ws), data_fit(*a2, workspace=ws)
+    got2 = torch.autograd.grad(out2, a2)
+    got1 = torch.autograd.grad(out1, a1)
+    for got, exp in ((got1, ref[0]), (got2, ref[1])):
+        for g, e in zip(got, exp):
+            np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-12, atol=1e-14)
+    # after the backward passes the buffers are free again and reused (same storage)
+    first = ws.acquire(9, 6, torch.float64, torch.device("cpu"))
+    ws.release()
+    second = ws.acquire(4, 6, torch.float64, torch.device("cpu"))
+    assert first is not None and second is not None
+    assert first[0].data_ptr() == second[0].data_ptr()
+    ws.release()
+    # a forward pass with no gradient needed gives the buffers straight back
+    with torch.no_grad():
+        data_fit(*_data_fit_inputs(2, seed=7), workspace=ws)
+    assert ws.acquire(9, 6, torch.float64, torch.device("cpu")) is not None
 
 
 def _psi_inputs(seed: int = 0):
