@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .kernels import LOG_2PI, Workspace, data_fit, paired_kernel
-from .linalg import safe_cholesky
+from .linalg import whitened_terms
 
 MIN_NOISE = 1e-4
 
@@ -108,12 +108,8 @@ class MWGPModule(nn.Module):
     def whitened_terms(self, jitter: float) -> WhitenedTerms:
         z = self.inducing
         kmm = paired_kernel(z, z, self.lengthscale(), self.outputscale())
-        chol = safe_cholesky(kmm, jitter, what="K_mm (inducing-point covariance)")
-        eye = torch.eye(self.n_inducing, dtype=z.dtype, device=z.device)
-        linv = torch.linalg.solve_triangular(chol, eye, upper=False)  # L^{-1}
-        g = linv.transpose(-1, -2) @ self.q_chol()  # L^{-T} L_S
-        kinv = linv.transpose(-1, -2) @ linv  # K_mm^{-1}
-        return WhitenedTerms(w=linv.transpose(-1, -2) @ self.q_mean, M=g @ g.transpose(-1, -2) - kinv)
+        w, M = whitened_terms(kmm, self.q_mean, self.q_sqrt, jitter, what="K_mm (inducing-point covariance)")
+        return WhitenedTerms(w=w, M=M)
 
     def latent_moments(self, index: Tensor, terms: WhitenedTerms) -> tuple[Tensor, Tensor]:
         """Mean (mean function included) and variance of f at index tuples under q."""

@@ -121,10 +121,14 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
     bar = tqdm(range(config.n_epochs), desc="MW-GP", unit="epoch", disable=not config.verbose, leave=False)
     for epoch in bar:
         epoch_start = time.perf_counter()
+        # shuffle the training arrays once per epoch so that every minibatch is a contiguous slice
+        # (gathering random rows every step cost ~0.7 ms of a ~11 ms step); permuting the previous
+        # epoch's order by a fresh random permutation is again a uniformly random order
         perm = torch.randperm(n, generator=gen).to(device)
+        idx_t, y_t = idx_t[perm], y_t[perm]
         total = 0.0
         for start in range(0, n, batch):
-            rows = perm[start:start + batch]
+            rows = slice(start, start + batch)
             # the Gaussian priors of embeddings and biases enter through Adam's weight decay (_adam)
             elbo = module.elbo(idx_t[rows], y_t[rows], n, config.jitter, config.kl_weight)
             loss = -elbo / n
@@ -137,7 +141,7 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
                     f"(now {config.lr}), increase `jitter` (now {config.jitter}) or use dtype='float64'")
             optimizer.step()
             scheduler.step()
-            total += value * rows.shape[0]
+            total += value * (min(start + batch, n) - start)
         with torch.no_grad():
             log_prior = float(module.log_prior(config.embedding_reg, config.bias_reg))
         history.append(total / n - log_prior / n)
