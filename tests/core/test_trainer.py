@@ -191,3 +191,44 @@ def test_nan_message_points_at_first_bad_row() -> None:
 def test_valid_training_data_passes() -> None:
     validate_training_data(_IDX, _Y, (5, 4))
     validate_training_data(_IDX.astype(np.int32), _Y.astype(np.int64), (3, 4))
+
+
+def test_priors_as_weight_decay_give_the_same_adam_steps_as_the_explicit_log_prior() -> None:
+    """The trainer moves the Gaussian priors into Adam's weight decay; the steps must be identical."""
+    from mogp_surprise.core.model import MWGPModule
+    from mogp_surprise.core.trainer import _adam
+
+    n, cfg = 500, MWGPConfig(embedding_reg=3.0, bias_reg=1.0, lr=0.05)
+    gen = torch.Generator().manual_seed(0)
+    index = torch.stack([torch.randint(0, 7, (n,), generator=gen), torch.randint(0, 5, (n,), generator=gen)], 1)
+    y = torch.randn(n, generator=gen, dtype=torch.float64)
+    modules = []
+    for _ in range(2):
+        mod = MWGPModule((7, 5), 2, 4).to(torch.float64)
+        torch.manual_seed(1)
+        with torch.no_grad():
+            for p in mod.parameters():
+                p.add_(0.3 * torch.randn_like(p))
+        modules.append(mod)
+    ours = _adam(modules[0], cfg, n)
+    reference = torch.optim.Adam(modules[1].parameters(), lr=cfg.lr)  # plain Adam, prior in the loss
+    groups = {round(g["weight_decay"] * n, 12) for g in ours.param_groups}
+    assert groups == {3.0, 1.0, 0.0}
+    for step in range(3):
+        rows = slice(100 * step, 100 * step + 100)
+        loss = -modules[0].elbo(index[rows], y[rows], n, 1e-6) / n
+        ours.zero_grad()
+        loss.backward()
+        ours.step()
+        loss = -modules[1].elbo(index[rows], y[rows], n, 1e-6, embedding_reg=3.0, bias_reg=1.0) / n
+        reference.zero_grad()
+        loss.backward()
+        reference.step()
+    for (name, a), (_, b) in zip(modules[0].named_parameters(), modules[1].named_parameters()):
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-9, atol=1e-12, err_msg=name)
+
+
+def test_epoch_times_are_reported(fitted: FitResult) -> None:
+    assert len(fitted.epoch_times) == CONFIG.n_epochs
+    assert all(t > 0 for t in fitted.epoch_times)
+    assert sum(fitted.epoch_times) <= fitted.fit_time
