@@ -194,3 +194,14 @@ def test_rbf_expectations_reduce_to_kernel_at_zero_variance() -> None:
     k = _np_rbf(mean.numpy()[None], z.numpy(), ls.numpy())[0]
     np.testing.assert_allclose(psi1.numpy(), k, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(psi2.numpy(), np.outer(k, k), rtol=1e-10, atol=1e-12)
+
+
+def test_reused_workspace_makes_a_stale_second_backward_fail_loudly() -> None:
+    ws = Workspace()
+    a1 = [t.clone().requires_grad_(True) for t in _data_fit_inputs(2, seed=8)]
+    a2 = [t.clone().requires_grad_(True) for t in _data_fit_inputs(2, seed=9)]
+    out1 = data_fit(*a1, workspace=ws)
+    torch.autograd.grad(out1, a1, retain_graph=True)  # gives the buffers back
+    data_fit(*a2, workspace=ws)  # reuses (overwrites) them
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        torch.autograd.grad(out1, a1)
