@@ -91,7 +91,7 @@ class _DataFit(torch.autograd.Function):
         xa = torch.cat([xs, -0.5 * (xs * xs).sum(-1, keepdim=True), torch.ones_like(xs[:, :1])], dim=-1)
         za = torch.cat([zs, torch.ones_like(zs[:, :1]),
                         (torch.log(outputscale) - 0.5 * (zs * zs).sum(-1)).unsqueeze(-1)], dim=-1)
-        buffers = workspace.acquire(x.shape[0], z.shape[0], x.dtype, x.device) if workspace is not None else None
+        buffers = None if workspace is None else workspace.acquire(x.shape[0], z.shape[0], x.dtype, x.device)
         if buffers is None:
             k = torch.exp_(xa @ za.transpose(-1, -2))
             km = k @ M
@@ -162,7 +162,8 @@ class Workspace:
         self._buffers: tuple[Tensor, Tensor] | None = None
         self._lent = False
 
-    def acquire(self, rows: int, cols: int, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor] | None:
+    def acquire(self, rows: int, cols: int, dtype: torch.dtype,
+                device: torch.device) -> tuple[Tensor, Tensor] | None:
         """Views of shape (rows, cols) on the two buffers, or ``None`` if they are lent out."""
         if self._lent:
             return None

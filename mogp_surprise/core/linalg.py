@@ -65,13 +65,13 @@ class _WhitenedTerms(torch.autograd.Function):
         a = p.transpose(-1, -2) @ l_s
         M = a @ a.transpose(-1, -2) - p.transpose(-1, -2) @ p
         w = p.transpose(-1, -2) @ q_mean
-        ctx.save_for_backward(chol, p, l_s, a, q_mean, w)
+        ctx.save_for_backward(chol, p, l_s, a, q_mean)
         return w, M
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dw, dM):
-        chol, p, l_s, a, q_mean, w = ctx.saved_tensors
+        chol, p, l_s, a, q_mean = ctx.saved_tensors
         need_k, need_m, need_s = ctx.needs_input_grad[:3]
         dk = dmean = dsqrt = None
         if dM is None:

@@ -128,8 +128,8 @@ class MWGPModule(nn.Module):
         kernel, both products and their gradients.
         """
         outputscale = self.outputscale()
-        sums = data_fit(self.features(index), self.inducing, self.lengthscale(), outputscale, terms.w, terms.M,
-                        y - self.prior_mean(index), self.workspace)
+        sums = data_fit(self.features(index), self.inducing, self.lengthscale(), outputscale,
+                        terms.w, terms.M, y - self.prior_mean(index), self.workspace)
         noise = self.noise()
         n = index.shape[0]
         return -0.5 * n * (LOG_2PI + torch.log(noise)) - 0.5 * (n * outputscale + sums) / noise

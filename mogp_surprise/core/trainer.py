@@ -153,7 +153,8 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
     posterior = MWGPPosterior.from_module(module, rating_mean, rating_std, config.jitter, config.chunk_size)
     elapsed = time.perf_counter() - started
     logger.info("MW-GP fitted on %d ratings in %.1f s (final loss %.4f)", n, elapsed, history[-1])
-    return FitResult(posterior=posterior, loss_history=history, epoch_times=epoch_times, fit_time=elapsed, n_data=n)
+    return FitResult(posterior=posterior, loss_history=history, epoch_times=epoch_times, fit_time=elapsed,
+                     n_data=n)
 
 
 def _adam(module: MWGPModule, config: MWGPConfig, n: int) -> torch.optim.Optimizer:
