@@ -32,7 +32,7 @@ def time_ours(index, y, n_levels, m, r, batch, epochs, gen):
     cfg = MWGPConfig(n_inducing=m, latent_dim=r, batch_size=batch, random_state=0)
     fit_mwgp(index[:5000], y[:5000], n_levels, cfg.replace(n_epochs=1))  # warm-up: one-time imports
     times = fit_mwgp(index, y, n_levels, cfg.replace(n_epochs=1 + epochs)).epoch_times
-    return float(np.median(times[1:]))
+    return float(np.median(times[1:])), float(np.min(times[1:]))
 
 
 def time_gpytorch(index, y, n_levels, m, r, batch, epochs, gen):
@@ -82,7 +82,7 @@ def _timed(epoch, epochs):
         start = time.perf_counter()
         epoch()
         times.append(time.perf_counter() - start)
-    return float(np.median(times))
+    return float(np.median(times)), float(np.min(times))
 
 
 def main(argv=None) -> dict:
@@ -105,23 +105,30 @@ def main(argv=None) -> dict:
     gen = torch.Generator().manual_seed(0)
     rows = []
     for round_ in range(1, a.rounds + 1):
-        ours = time_ours(index, y, n_levels, a.n_inducing, a.latent_dim, a.batch_size, a.epochs, gen)
+        ours, ours_min = time_ours(index, y, n_levels, a.n_inducing, a.latent_dim, a.batch_size, a.epochs, gen)
         try:
-            theirs = time_gpytorch(index, y, n_levels, a.n_inducing, a.latent_dim, a.batch_size, a.epochs, gen)
+            theirs, theirs_min = time_gpytorch(index, y, n_levels, a.n_inducing, a.latent_dim, a.batch_size,
+                                               a.epochs, gen)
         except ImportError:
-            theirs = math.nan
+            theirs = theirs_min = math.nan
         rows.append({"round": round_, "ours_epoch_s": ours, "gpytorch_epoch_s": theirs,
-                     "speedup": theirs / ours if ours > 0 else math.nan})
+                     "speedup": theirs / ours if ours > 0 else math.nan,
+                     "ours_min_s": ours_min, "gpytorch_min_s": theirs_min})
     speedup = float(np.median([r["speedup"] for r in rows]))
+    # fastest epoch of each over all rounds: other tenants of a shared machine only ever slow a run down
+    speedup_min = float(np.nanmin([r["gpytorch_min_s"] for r in rows]) / np.nanmin([r["ours_min_s"] for r in rows]))
     print(f"{a.n_ratings:,} ratings, m={a.n_inducing}, r={a.latent_dim}, batch={a.batch_size}, float32, "
-          f"{torch.get_num_threads()} threads; epoch = median of {a.epochs}")
+          f"{torch.get_num_threads()} threads; epoch = median (and min) of {a.epochs}")
     print(table(rows))
-    print(f"speed-up vs GPyTorch (median over {a.rounds} rounds): {speedup:.2f}x")
+    print(f"speed-up vs GPyTorch: {speedup:.2f}x (median over {a.rounds} rounds of median epochs), "
+          f"{speedup_min:.2f}x (fastest epoch of each)")
     path = write_json("epoch_time" + ("_quick" if a.quick else ""), {"settings": vars(a), "rows": rows,
-                                                                     "speedup": speedup}, a.out)
+                                                                     "speedup": speedup,
+                                                                     "speedup_fastest_epochs": speedup_min}, a.out)
     print("wrote", path)
     return {"ours": float(np.median([r["ours_epoch_s"] for r in rows])),
-            "gpytorch": float(np.median([r["gpytorch_epoch_s"] for r in rows])), "speedup": speedup}
+            "gpytorch": float(np.median([r["gpytorch_epoch_s"] for r in rows])), "speedup": speedup,
+            "speedup_fastest_epochs": speedup_min}
 
 
 if __name__ == "__main__":

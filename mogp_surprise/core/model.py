@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .kernels import LOG_2PI, Workspace, data_fit, paired_kernel
-from .linalg import whitened_terms
+from .linalg import inducing_terms
 
 MIN_NOISE = 1e-4
 
@@ -37,6 +37,7 @@ class WhitenedTerms:
 
     w: Tensor  # (m,)
     M: Tensor  # (m, m)
+    kl: Tensor  # KL(q(v) || p(v)), a scalar
 
 
 class MWGPModule(nn.Module):
@@ -106,10 +107,9 @@ class MWGPModule(nn.Module):
         return out
 
     def whitened_terms(self, jitter: float) -> WhitenedTerms:
-        z = self.inducing
-        kmm = paired_kernel(z, z, self.lengthscale(), self.outputscale())
-        w, M = whitened_terms(kmm, self.q_mean, self.q_sqrt, jitter, what="K_mm (inducing-point covariance)")
-        return WhitenedTerms(w=w, M=M)
+        w, M, kl = inducing_terms(self.inducing, self.lengthscale(), self.outputscale(), self.q_mean, self.q_sqrt,
+                                  jitter, what="K_mm (inducing-point covariance)")
+        return WhitenedTerms(w=w, M=M, kl=kl)
 
     def latent_moments(self, index: Tensor, terms: WhitenedTerms) -> tuple[Tensor, Tensor]:
         """Mean (mean function included) and variance of f at index tuples under q."""
@@ -153,5 +153,7 @@ class MWGPModule(nn.Module):
              embedding_reg: float = 0.0, bias_reg: float = 0.0) -> Tensor:
         """Unbiased minibatch estimate of the ELBO plus the log prior of embeddings and biases."""
         terms = self.whitened_terms(jitter)
-        data = self.expected_log_lik(index, y, terms) * (n_data / index.shape[0])
-        return data - kl_weight * self.kl_divergence() + self.log_prior(embedding_reg, bias_reg)
+        out = self.expected_log_lik(index, y, terms) * (n_data / index.shape[0]) - kl_weight * terms.kl
+        if embedding_reg or bias_reg:
+            out = out + self.log_prior(embedding_reg, bias_reg)
+        return out

@@ -1,4 +1,4 @@
-"""safe_cholesky (jitter escalation, NumericalError with advice) and the hand-differentiated whitened terms."""
+"""safe_cholesky (jitter escalation, NumericalError with advice) and the hand-differentiated inducing terms."""
 from __future__ import annotations
 
 import warnings
@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from mogp_surprise.core import MWGPModule, MWGPNumericalWarning, MWGPPosterior, NumericalError
+from mogp_surprise.core.kernels import paired_kernel
 from mogp_surprise.core.linalg import MAX_JITTER_STEPS, safe_cholesky
 
 
@@ -111,38 +112,42 @@ def test_singular_kmm_in_model_with_hopeless_jitter_raises(monkeypatch) -> None:
     assert len(_numerical_warnings(record)) == MAX_JITTER_STEPS
 
 
-def _autograd_whitened_terms(kmm, q_mean, q_sqrt, jitter):
-    m = kmm.shape[-1]
-    eye = torch.eye(m, dtype=kmm.dtype)
+def _autograd_inducing_terms(z, ls, s, q_mean, q_sqrt, jitter):
+    m = z.shape[0]
+    eye = torch.eye(m, dtype=z.dtype)
+    kmm = paired_kernel(z, z, ls, s)
     chol = torch.linalg.cholesky(kmm + jitter * eye)
     p = torch.linalg.solve_triangular(chol, eye, upper=False)
-    g = p.T @ torch.tril(q_sqrt)
-    return p.T @ q_mean, g @ g.T - p.T @ p
+    l_s = torch.tril(q_sqrt)
+    g = p.T @ l_s
+    kl = 0.5 * ((l_s ** 2).sum() + (q_mean ** 2).sum() - m - torch.log(torch.diagonal(l_s) ** 2).sum())
+    return p.T @ q_mean, g @ g.T - p.T @ p, kl
 
 
-def test_whitened_terms_value_and_gradient_match_autograd_and_finite_differences() -> None:
-    from mogp_surprise.core.linalg import whitened_terms
+def test_inducing_terms_value_and_gradient_match_autograd_and_finite_differences() -> None:
+    from mogp_surprise.core.linalg import inducing_terms
 
     gen = torch.Generator().manual_seed(3)
-    m = 6
-    z = torch.randn(m, 3, generator=gen, dtype=torch.float64, requires_grad=True)
+    m, d = 6, 4
+    z = torch.randn(m, d, generator=gen, dtype=torch.float64, requires_grad=True)
+    ls = (0.7 + torch.rand(d, generator=gen, dtype=torch.float64)).requires_grad_(True)
+    s = torch.tensor(1.3, dtype=torch.float64, requires_grad=True)
     q_mean = torch.randn(m, generator=gen, dtype=torch.float64, requires_grad=True)
     q_sqrt = (0.3 * torch.randn(m, m, generator=gen, dtype=torch.float64)
               + torch.eye(m, dtype=torch.float64)).requires_grad_(True)
-    weights_m = torch.randn(m, m, generator=gen, dtype=torch.float64)  # not symmetric: general dM
+    weights_m = torch.randn(m, m, generator=gen, dtype=torch.float64)  # not symmetric: a general dM
     weights_w = torch.randn(m, generator=gen, dtype=torch.float64)
-
-    def kmm_of(zz):
-        return torch.exp(-0.5 * torch.cdist(zz, zz) ** 2) + 0.1 * torch.eye(m, dtype=torch.float64)
+    leaves = (z, ls, s, q_mean, q_sqrt)
 
     def objective(fn):
-        w, M = fn(kmm_of(z), q_mean, q_sqrt, 1e-6)
-        return (M * weights_m).sum() + (w * weights_w).sum(), w, M
+        w, M, kl = fn(*leaves, 1e-6)
+        return (M * weights_m).sum() + (w * weights_w).sum() + 0.7 * kl, (w, M, kl)
 
-    ours, w1, m1 = objective(whitened_terms)
-    ref, w2, m2 = objective(_autograd_whitened_terms)
-    np.testing.assert_allclose(w1.detach().numpy(), w2.detach().numpy(), rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(m1.detach().numpy(), m2.detach().numpy(), rtol=1e-12, atol=1e-12)
-    for g1, g2 in zip(torch.autograd.grad(ours, (z, q_mean, q_sqrt)), torch.autograd.grad(ref, (z, q_mean, q_sqrt))):
-        np.testing.assert_allclose(g1.numpy(), g2.numpy(), rtol=1e-9, atol=1e-11)
-    assert torch.autograd.gradcheck(lambda zz, a, b: whitened_terms(kmm_of(zz), a, b, 1e-6), (z, q_mean, q_sqrt))
+    ours, values = objective(inducing_terms)
+    ref, ref_values = objective(_autograd_inducing_terms)
+    for got, exp in zip(values, ref_values):
+        np.testing.assert_allclose(got.detach().numpy(), exp.detach().numpy(), rtol=1e-12, atol=1e-12)
+    for name, g1, g2 in zip("z ls s q_mean q_sqrt".split(), torch.autograd.grad(ours, leaves),
+                            torch.autograd.grad(ref, leaves)):
+        np.testing.assert_allclose(g1.numpy(), g2.numpy(), rtol=1e-9, atol=1e-11, err_msg=name)
+    assert torch.autograd.gradcheck(lambda *a: inducing_terms(*a, 1e-6), leaves)
