@@ -24,7 +24,7 @@ from _common import synthetic_index, table, write_json  # noqa: E402
 from mogp_surprise.core import MWGPConfig, fit_mwgp  # noqa: E402
 
 
-def time_ours(index, y, n_levels, m, r, batch, epochs, gen):
+def time_ours(index, y, n_levels, m, r, batch, epochs):
     """Median epoch of :func:`fit_mwgp` itself (its ``epoch_times``), first epoch excluded.
 
     This is the real training loop: minibatch sampling, the ELBO, Adam and the learning-rate schedule.
@@ -105,7 +105,7 @@ def main(argv=None) -> dict:
     gen = torch.Generator().manual_seed(0)
     rows = []
     for round_ in range(1, a.rounds + 1):
-        ours, ours_min = time_ours(index, y, n_levels, a.n_inducing, a.latent_dim, a.batch_size, a.epochs, gen)
+        ours, ours_min = time_ours(index, y, n_levels, a.n_inducing, a.latent_dim, a.batch_size, a.epochs)
         try:
             theirs, theirs_min = time_gpytorch(index, y, n_levels, a.n_inducing, a.latent_dim, a.batch_size,
                                                a.epochs, gen)

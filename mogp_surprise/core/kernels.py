@@ -49,6 +49,19 @@ def paired_kernel(x: Tensor, z: Tensor, lengthscale: Tensor, outputscale: Tensor
     return outputscale * rbf(x, z, lengthscale)
 
 
+def _augmented_inputs(x: Tensor, z: Tensor, lengthscale: Tensor, outputscale: Tensor) -> tuple[Tensor, Tensor]:
+    """``[x, -|x|^2/2, 1]`` and ``[z, 1, log s - |z|^2/2]`` (inputs divided by the lengthscales).
+
+    Their product ``xa @ za.T`` is ``log k(x, z)`` in one GEMM.
+    """
+    xs = x / lengthscale
+    zs = z / lengthscale
+    xa = torch.cat([xs, -0.5 * (xs * xs).sum(-1, keepdim=True), torch.ones_like(xs[:, :1])], dim=-1)
+    za = torch.cat([zs, torch.ones_like(zs[:, :1]),
+                    (torch.log(outputscale) - 0.5 * (zs * zs).sum(-1)).unsqueeze(-1)], dim=-1)
+    return xa, za
+
+
 def cross_kernel(x: Tensor, z: Tensor, lengthscale: Tensor, outputscale: Tensor) -> Tensor:
     """Fast :func:`paired_kernel` for training: one augmented GEMM and one ``exp``.
 
@@ -57,12 +70,7 @@ def cross_kernel(x: Tensor, z: Tensor, lengthscale: Tensor, outputscale: Tensor)
     make a value exceed ``outputscale`` by a few ulps; K_mm is always built with
     :func:`paired_kernel`, which clamps distances.
     """
-    xs = x / lengthscale
-    zs = z / lengthscale
-    ones = torch.ones_like(xs[:, :1])
-    xa = torch.cat([xs, -0.5 * (xs * xs).sum(-1, keepdim=True), ones], dim=-1)
-    za = torch.cat([zs, torch.ones_like(zs[:, :1]),
-                    (torch.log(outputscale) - 0.5 * (zs * zs).sum(-1)).unsqueeze(-1)], dim=-1)
+    xa, za = _augmented_inputs(x, z, lengthscale, outputscale)
     return torch.exp_(xa @ za.transpose(-1, -2))
 
 
@@ -86,11 +94,7 @@ class _DataFit(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, z, lengthscale, outputscale, w, M, resid0, workspace):
-        xs = x / lengthscale
-        zs = z / lengthscale
-        xa = torch.cat([xs, -0.5 * (xs * xs).sum(-1, keepdim=True), torch.ones_like(xs[:, :1])], dim=-1)
-        za = torch.cat([zs, torch.ones_like(zs[:, :1]),
-                        (torch.log(outputscale) - 0.5 * (zs * zs).sum(-1)).unsqueeze(-1)], dim=-1)
+        xa, za = _augmented_inputs(x, z, lengthscale, outputscale)
         buffers = None if workspace is None else workspace.acquire(x.shape[0], z.shape[0], x.dtype, x.device)
         if buffers is None:
             k = torch.exp_(xa @ za.transpose(-1, -2))

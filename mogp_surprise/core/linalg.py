@@ -8,6 +8,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from .errors import MWGPNumericalWarning, NumericalError
+from .kernels import scaled_sqdist
 
 MAX_JITTER_STEPS = 3
 
@@ -66,9 +67,7 @@ class _InducingTerms(torch.autograd.Function):
     @staticmethod
     def forward(ctx, z, lengthscale, outputscale, q_mean, q_sqrt, jitter, what):
         zs = z / lengthscale
-        sq = (zs * zs).sum(-1)
-        d2 = (sq.unsqueeze(-1) + sq.unsqueeze(-2) - 2.0 * (zs @ zs.transpose(-1, -2))).clamp_min_(0.0)
-        kmm = outputscale * torch.exp(-0.5 * d2)
+        kmm = outputscale * torch.exp(-0.5 * scaled_sqdist(zs, zs))
         chol = safe_cholesky(kmm, jitter, what=what)
         eye = torch.eye(kmm.shape[-1], dtype=kmm.dtype, device=kmm.device)
         p = torch.linalg.solve_triangular(chol, eye, upper=False)  # L^{-1}

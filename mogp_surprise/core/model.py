@@ -134,12 +134,6 @@ class MWGPModule(nn.Module):
         n = index.shape[0]
         return -0.5 * n * (LOG_2PI + torch.log(noise)) - 0.5 * (n * outputscale + sums) / noise
 
-    def kl_divergence(self) -> Tensor:
-        """KL(N(m, L_S L_S^T) || N(0, I))."""
-        chol = self.q_chol()
-        logdet = torch.log(torch.diagonal(chol) ** 2).sum()
-        return 0.5 * ((chol ** 2).sum() + (self.q_mean ** 2).sum() - self.n_inducing - logdet)
-
     def log_prior(self, embedding_reg: float, bias_reg: float) -> Tensor:
         """Gaussian log prior (up to constants) of embeddings and biases."""
         out = self.global_mean.new_zeros(())
