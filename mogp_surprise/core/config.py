@@ -15,6 +15,10 @@ _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 _DEVICES = ("auto", "cpu", "cuda")
 _SCHEDULES = ("cosine", "constant")
 _INITS = ("pca", "random")
+_NOISE = ("heteroscedastic", "homoscedastic")
+#: the paper's model (Yang & Buettner, 2021): one scalar noise variance, no implicit feedback;
+#: ``MWGP(**PAPER_MODEL)`` reproduces the paper's figures
+PAPER_MODEL = {"noise": "homoscedastic", "implicit": False}
 #: batch_size="auto": the MovieLens-tuned batch, reduced on small data to keep >= MIN_STEPS steps
 AUTO_BATCH, MIN_AUTO_BATCH, MIN_STEPS = 8192, 256, 240
 
@@ -47,6 +51,15 @@ class MWGPConfig:
     use_biases : bool, default=True
         Learn a global mean plus user and item biases as the GP mean function; otherwise the
         mean function is the learned global constant only.
+    noise : {"heteroscedastic", "homoscedastic"}, default="heteroscedastic"
+        "heteroscedastic": every user, item (and context level) has its own log-noise offset,
+        sigma^2_ui = sigma^2 exp(s_u + t_i), with a learned Gaussian prior and a variational
+        posterior; raters who are consistent and items that are not divisive get narrower
+        predictive intervals. "homoscedastic": one noise variance for every rating (the paper).
+    implicit : bool, default=True
+        SVD++-style implicit feedback: a user's GP input is their embedding plus a normalised sum of
+        implicit factors of the items they rated, and likewise for items. ``False`` as in the
+        paper. ``PAPER_MODEL = {"noise": "homoscedastic", "implicit": False}`` gives the paper's model.
     kl_weight : float, default=1.0
         Weight of KL(q(v) || p(v)). 1.0 gives the correct ELBO; larger values regularise more
         (the paper's code implicitly used N / batch_size).
@@ -75,6 +88,8 @@ class MWGPConfig:
     embedding_reg: float = 3.0
     bias_reg: float = 1.0
     use_biases: bool = True
+    noise: str = "heteroscedastic"
+    implicit: bool = True
     kl_weight: float = 1.0
     init: str = "pca"
     jitter: float = 1e-5
@@ -110,8 +125,9 @@ class MWGPConfig:
             _check_float(name, getattr(self, name), positive=False)
         _check_choice("lr_schedule", self.lr_schedule, _SCHEDULES)
         _check_choice("init", self.init, _INITS)
+        _check_choice("noise", self.noise, _NOISE)
         _check_choice("dtype", self.dtype, tuple(_DTYPES))
-        for name in ("use_biases", "verbose"):
+        for name in ("use_biases", "implicit", "verbose"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise TypeError(f"`{name}` must be a bool, got {getattr(self, name)!r}")
         rs = self.random_state

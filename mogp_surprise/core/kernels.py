@@ -77,7 +77,8 @@ def cross_kernel(x: Tensor, z: Tensor, lengthscale: Tensor, outputscale: Tensor)
 class _DataFit(torch.autograd.Function):
     """Fused minibatch data term of the whitened SVGP: forward and backward by hand.
 
-    Returns ``sum_n (r_n - k_n^T w)^2 + sum_n k_n^T M k_n`` where ``k_n`` is the row of the
+    Returns ``sum_n lambda_n [(r_n - k_n^T w)^2 + k_n^T M k_n]`` (``lambda_n = 1`` unless per-rating
+    weights are given) where ``k_n`` is the row of the
     cross-covariance between input ``x_n`` and the inducing points (:func:`cross_kernel`) and
     ``r_n`` the residual of the mean function. The backward pass reuses ``K M`` from the forward
     pass (the gradient of the quadratic term is ``2 K M``), overwrites it in place with
@@ -93,7 +94,7 @@ class _DataFit(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, z, lengthscale, outputscale, w, M, resid0, workspace):
+    def forward(ctx, x, z, lengthscale, outputscale, w, M, resid0, weights, workspace):
         xa, za = _augmented_inputs(x, z, lengthscale, outputscale)
         buffers = None if workspace is None else workspace.acquire(x.shape[0], z.shape[0], x.dtype, x.device)
         if buffers is None:
@@ -103,11 +104,16 @@ class _DataFit(torch.autograd.Function):
             k = torch.mm(xa, za.transpose(-1, -2), out=buffers[0]).exp_()
             km = torch.mm(k, M, out=buffers[1])
         err = torch.addmv(resid0, k, w, alpha=-1.0)
-        value = torch.dot(err, err) + torch.dot(km.reshape(-1), k.reshape(-1))
-        ctx.save_for_backward(k, err, xa, za, lengthscale, outputscale, w, M)
+        if weights is None:
+            value = torch.dot(err, err) + torch.dot(km.reshape(-1), k.reshape(-1))
+            per_row = None
+        else:  # sum_n lambda_n (err_n^2 + k_n^T M k_n); the bracket is also d value / d lambda_n
+            per_row = torch.addcmul((km * k).sum(-1), err, err)
+            value = torch.dot(weights, per_row)
+        ctx.save_for_backward(k, err, xa, za, lengthscale, outputscale, w, M, weights, per_row)
         ctx.km = km  # an internal buffer, overwritten by the first backward (no version counter)
         ctx.workspace = workspace if buffers is not None else None
-        if ctx.workspace is not None and not any(ctx.needs_input_grad[:7]):
+        if ctx.workspace is not None and not any(ctx.needs_input_grad[:8]):
             ctx.workspace.release()  # no backward will come
             ctx.workspace = None
         return value
@@ -115,22 +121,29 @@ class _DataFit(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):
-        k, err, xa, za, lengthscale, outputscale, w, M = ctx.saved_tensors
-        need_x, need_z, need_ls, need_s, need_w, need_m, need_r = ctx.needs_input_grad[:7]
+        k, err, xa, za, lengthscale, outputscale, w, M, weights, per_row = ctx.saved_tensors
+        need_x, need_z, need_ls, need_s, need_w, need_m, need_r, need_lam = ctx.needs_input_grad[:8]
         g = float(grad)
-        dx = dz = dls = ds = dw = dm = dr = None
+        dx = dz = dls = ds = dw = dm = dr = dlam = None
+        # with weights lambda_n every row's gradient is scaled by lambda_n: werr = lambda * err
+        werr = err if weights is None else err * weights
+        if need_lam:
+            dlam = per_row * g
         if need_w:
-            dw = (k.transpose(-1, -2) @ err) * (-2.0 * g)
+            dw = (k.transpose(-1, -2) @ werr) * (-2.0 * g)
         if need_m:
-            dm = (k.transpose(-1, -2) @ k) * g
+            dm = (k.transpose(-1, -2) @ (k if weights is None else k * weights.unsqueeze(-1))) * g
         if need_r:
-            dr = err * (2.0 * g)
+            dr = werr * (2.0 * g)
         if need_x or need_z or need_ls or need_s:
             d = xa.shape[-1] - 2
             km = ctx.km if ctx.km is not None else k @ M  # again after retain_graph=True
             ctx.km = None
-            # dK = 2g (K M - err w^T); dlogK = dK * K, both in place in the K M buffer
-            glog = km.addr_(err, w, beta=2.0 * g, alpha=-2.0 * g).mul_(k)
+            # dK = 2g diag(lambda) (K M - err w^T); dlogK = dK * K, both in place in the K M buffer
+            if weights is None:
+                glog = km.addr_(err, w, beta=2.0 * g, alpha=-2.0 * g).mul_(k)
+            else:
+                glog = km.addr_(err, w, alpha=-1.0).mul_((2.0 * g) * weights.unsqueeze(-1)).mul_(k)
             dxa = glog @ za  # (B, d + 2)
             dza = glog.transpose(-1, -2) @ xa  # (m, d + 2)
             xs, zs = xa[:, :d], za[:, :d]
@@ -147,7 +160,7 @@ class _DataFit(torch.autograd.Function):
         if ctx.workspace is not None:
             ctx.workspace.release()
             ctx.workspace = None
-        return dx, dz, dls, ds, dw, dm, dr, None
+        return dx, dz, dls, ds, dw, dm, dr, dlam, None
 
 
 class Workspace:
@@ -184,14 +197,16 @@ class Workspace:
 
 
 def data_fit(x: Tensor, z: Tensor, lengthscale: Tensor, outputscale: Tensor, w: Tensor, M: Tensor,
-             resid0: Tensor, workspace: Workspace | None = None) -> Tensor:
-    """``sum_n (resid0_n - k_n^T w)^2 + sum_n k_n^T M k_n`` with a fused hand-written gradient.
+             resid0: Tensor, workspace: Workspace | None = None, weights: Tensor | None = None) -> Tensor:
+    """``sum_n lambda_n [(resid0_n - k_n^T w)^2 + k_n^T M k_n]`` with a fused hand-written gradient.
 
     ``k_n = outputscale * exp(-|x_n - z|^2 / (2 lengthscale^2))`` as in :func:`cross_kernel`.
-    These two sums are all the minibatch ELBO needs from the B x m cross-covariance. Pass a
+    These sums are all the minibatch ELBO needs from the B x m cross-covariance. ``weights``
+    (shape (B,), the expected inverse noise variance of each rating under a heteroscedastic
+    likelihood) default to 1 for every rating; they are differentiable. Pass a
     :class:`Workspace` when calling it once per step in a loop to reuse the large blocks.
     """
-    return _DataFit.apply(x, z, lengthscale, outputscale, w, M, resid0, workspace)
+    return _DataFit.apply(x, z, lengthscale, outputscale, w, M, resid0, weights, workspace)
 
 
 def rbf_expectations(mean: Tensor, var: Tensor, z: Tensor, lengthscale: Tensor) -> tuple[Tensor, Tensor]:

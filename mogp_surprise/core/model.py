@@ -9,12 +9,31 @@ S = L_S L_S^T, p(v) = N(0, I). For a minibatch with cross-covariance K_nm (B x m
 so every rating costs one row of two matrix products with m x m / m-vectors that are formed
 once per batch (no triangular solve per rating). The minibatch ELBO is
 
-    (N / B) * sum_batch E_q[log N(y_n | mu_n + f_n, sigma^2)] - kl_weight * KL(q(v) || p(v)) + log p(embeddings, biases)
+    (N / B) * sum_batch E_q[log N(y_n | mu_n + f_n, sigma_n^2)]        (expected_log_lik)
+        - kl_weight * KL(q(v) || p(v))                                 (WhitenedTerms.kl)
+        - sum_f KL(q(s_f) || p(s_f | tau_f))                           (noise_kl)
+        + log p(embeddings, implicit factors, biases)                   (log_prior)
 
 where mu_n = c + sum_f bias_f[index_f] is the mean function on standardised ratings.
+
+Noise. ``noise="homoscedastic"`` (the paper): sigma_n^2 = sigma^2 for every rating.
+``noise="heteroscedastic"``: every level of every factor (each user, each item, each context
+level) has a log-variance offset s, log sigma_n^2 = log sigma^2 + sum_f s_f[index_f], with prior
+s ~ N(0, tau_f) (tau_f learned: empirical Bayes) and a Gaussian variational posterior
+q(s) = N(mu_s, v_s). Because E_q[1 / sigma_n^2] = exp(-log sigma^2 - sum mu_s + sum v_s / 2) and
+E_q[log sigma_n^2] = log sigma^2 + sum mu_s, the expected log likelihood stays in closed form:
+every rating's squared error and latent variance are weighted by lambda_n = E_q[1 / sigma_n^2].
+
+Implicit feedback (``implicit=True``, SVD++-style, Koren 2008): the GP input of user u is
+a_u + |N(u)|^{-1/2} sum_{j in N(u)} y_j over the items N(u) the user rated in training, and that
+of item j is b_j + |N(j)|^{-1/2} sum_{u in N(j)} x_u; the implicit factors y, x have the same
+Gaussian prior as the embeddings. Users and items with the same rating pattern thus share
+information even when their own embedding is poorly determined.
 """
 from __future__ import annotations
 
+import math
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -25,6 +44,8 @@ from .kernels import LOG_2PI, Workspace, data_fit, paired_kernel
 from .linalg import inducing_terms
 
 MIN_NOISE = 1e-4
+#: initial variational variance of every log-noise offset, and initial prior variance tau
+INIT_NOISE_OFFSET_VAR, INIT_NOISE_PRIOR_VAR = 0.01, 0.1
 
 
 def softplus_inverse(x: Tensor) -> Tensor:
@@ -53,21 +74,40 @@ class MWGPModule(nn.Module):
         Number m of paired inducing points.
     use_biases : bool
         Learn one bias per level of each factor.
+    heteroscedastic : bool
+        Learn a log-noise offset (with a variational posterior) per level of each factor.
+    implicit : bool
+        Add SVD++-style implicit-feedback factors to the user and item embeddings (needs
+        :meth:`set_implicit_graph` before the first forward pass).
     """
 
     def __init__(self, n_levels: tuple[int, ...], latent_dim: int, n_inducing: int,
-                 use_biases: bool = True) -> None:
+                 use_biases: bool = True, heteroscedastic: bool = False, implicit: bool = False) -> None:
         super().__init__()
         self.n_levels = tuple(int(n) for n in n_levels)
         self.latent_dim = int(latent_dim)
         self.n_inducing = int(n_inducing)
         self.use_biases = bool(use_biases)
+        self.heteroscedastic = bool(heteroscedastic)
+        self.implicit = bool(implicit) and len(self.n_levels) >= 2
         n_factors = len(self.n_levels)
         dim = n_factors * latent_dim
         self.embeddings = nn.ParameterList(
             [nn.Parameter(torch.zeros(n, latent_dim)) for n in self.n_levels])
+        # implicit_factors[0] (one row per item) feeds the users, implicit_factors[1] (per user) the items
+        self.implicit_factors = nn.ParameterList(
+            [nn.Parameter(torch.zeros(n, latent_dim)) for n in self.n_levels[1::-1]] if self.implicit else [])
+        self.implicit_graph: tuple[Tensor, ...] | None = None
         self.biases = nn.ParameterList(
             [nn.Parameter(torch.zeros(n)) for n in self.n_levels] if use_biases else [])
+        # q(s_f) = N(noise_offset_mean, exp(noise_offset_logvar)); prior N(0, exp(noise_prior_logvar[f]))
+        self.noise_offset_mean = nn.ParameterList(
+            [nn.Parameter(torch.zeros(n)) for n in self.n_levels] if self.heteroscedastic else [])
+        self.noise_offset_logvar = nn.ParameterList(
+            [nn.Parameter(torch.full((n,), math.log(INIT_NOISE_OFFSET_VAR))) for n in self.n_levels]
+            if self.heteroscedastic else [])
+        self.noise_prior_logvar = nn.Parameter(torch.full((n_factors if self.heteroscedastic else 0,),
+                                                          math.log(INIT_NOISE_PRIOR_VAR)))
         self.global_mean = nn.Parameter(torch.zeros(()))
         self.inducing = nn.Parameter(torch.zeros(n_inducing, dim))
         self.raw_lengthscale = nn.Parameter(softplus_inverse(torch.ones(dim)))
@@ -95,9 +135,26 @@ class MWGPModule(nn.Module):
         return torch.tril(self.q_sqrt)
 
     # -- building blocks ---------------------------------------------------------------------
-    def features(self, index: Tensor) -> Tensor:
-        """Concatenated embeddings of index tuples, (B, F) -> (B, F * r)."""
-        return torch.cat([emb.index_select(0, index[:, f]) for f, emb in enumerate(self.embeddings)], dim=-1)
+    def set_implicit_graph(self, index: Tensor) -> None:
+        """Build the normalised who-rated-what matrices of the training tuples (for ``implicit``)."""
+        if self.implicit:
+            self.implicit_graph = implicit_graph(index[:, :2], self.n_levels[:2], self.inducing.dtype)
+
+    def factor_tables(self) -> list[Tensor]:
+        """The GP input of every level of every factor: embeddings plus implicit feedback, (n_f, r) each."""
+        tables = list(self.embeddings)
+        if self.implicit:
+            if self.implicit_graph is None:
+                raise RuntimeError("implicit=True needs set_implicit_graph(training index) first")
+            users, users_t, items, items_t = self.implicit_graph
+            tables[0] = tables[0] + _SparseProduct.apply(self.implicit_factors[0], users, users_t)
+            tables[1] = tables[1] + _SparseProduct.apply(self.implicit_factors[1], items, items_t)
+        return tables
+
+    def features(self, index: Tensor, tables: list[Tensor] | None = None) -> Tensor:
+        """Concatenated GP inputs of index tuples, (B, F) -> (B, F * r)."""
+        tables = self.factor_tables() if tables is None else tables
+        return torch.cat([t.index_select(0, index[:, f]) for f, t in enumerate(tables)], dim=-1)
 
     def prior_mean(self, index: Tensor) -> Tensor:
         """Mean function c + sum_f bias_f[index_f], shape (B,)."""
@@ -118,36 +175,116 @@ class MWGPModule(nn.Module):
         var = self.outputscale() + ((knm @ terms.M) * knm).sum(-1)
         return mean, var
 
-    # -- objective terms ---------------------------------------------------------------------
-    def expected_log_lik(self, index: Tensor, y: Tensor, terms: WhitenedTerms) -> Tensor:
-        """sum_n E_q[log N(y_n | f_n, sigma^2)] over the batch.
+    # -- objective terms (every term of the ELBO is here) --------------------------------------
+    def noise_terms(self, index: Tensor) -> tuple[Tensor, Tensor]:
+        """E_q[log sigma_n^2] and lambda_n = E_q[1 / sigma_n^2] of every rating in the batch, (B,) each."""
+        log_noise = torch.log(self.noise())
+        if not self.heteroscedastic:
+            return log_noise.expand(index.shape[0]), torch.exp(-log_noise).expand(index.shape[0])
+        mean = log_noise
+        half_var = None
+        for f in range(self.n_factors):
+            mean = mean + self.noise_offset_mean[f].index_select(0, index[:, f])
+            v = torch.exp(self.noise_offset_logvar[f].index_select(0, index[:, f]))
+            half_var = v if half_var is None else half_var + v
+        return mean, torch.exp(0.5 * half_var - mean)
 
-        With k_nn = outputscale, this is
-        -B/2 log(2 pi sigma^2) - (B outputscale + sum_n (r_n - k_n^T w)^2 + k_n^T M k_n) / (2 sigma^2)
-        where r_n = y_n - mu_n; the two sums come from :func:`~.kernels.data_fit`, which fuses the
-        kernel, both products and their gradients.
+    def expected_log_lik(self, index: Tensor, y: Tensor, terms: WhitenedTerms) -> Tensor:
+        """sum_n E_q[log N(y_n | f_n, sigma_n^2)] over the batch.
+
+        With k_nn = outputscale and lambda_n = E_q[1 / sigma_n^2] this is
+        -1/2 sum_n [log 2 pi + E_q log sigma_n^2 + lambda_n (outputscale + (r_n - k_n^T w)^2 + k_n^T M k_n)]
+        where r_n = y_n - mu_n; the sums over the B x m cross-covariance come from
+        :func:`~.kernels.data_fit`, which fuses the kernel, both products and their gradients.
         """
         outputscale = self.outputscale()
-        sums = data_fit(self.features(index), self.inducing, self.lengthscale(), outputscale,
-                        terms.w, terms.M, y - self.prior_mean(index), self.workspace)
-        noise = self.noise()
+        x = self.features(index)
+        resid = y - self.prior_mean(index)
         n = index.shape[0]
-        return -0.5 * n * (LOG_2PI + torch.log(noise)) - 0.5 * (n * outputscale + sums) / noise
+        if not self.heteroscedastic:  # one scalar noise: the unweighted (faster) data term
+            sums = data_fit(x, self.inducing, self.lengthscale(), outputscale, terms.w, terms.M, resid,
+                            self.workspace)
+            noise = self.noise()
+            return -0.5 * n * (LOG_2PI + torch.log(noise)) - 0.5 * (n * outputscale + sums) / noise
+        log_noise, inv_noise = self.noise_terms(index)
+        sums = data_fit(x, self.inducing, self.lengthscale(), outputscale, terms.w, terms.M, resid,
+                        self.workspace, weights=inv_noise)
+        return -0.5 * (n * LOG_2PI + log_noise.sum() + outputscale * inv_noise.sum() + sums)
+
+    def noise_kl(self) -> Tensor:
+        """sum_f KL(q(s_f) || N(0, tau_f)) over every level's log-noise offset (0 if homoscedastic)."""
+        out = self.global_mean.new_zeros(())
+        for f in range(len(self.noise_offset_mean)):
+            mean, logvar = self.noise_offset_mean[f], self.noise_offset_logvar[f]
+            prior_logvar = self.noise_prior_logvar[f]
+            out = out + 0.5 * ((mean * mean + torch.exp(logvar)).sum() * torch.exp(-prior_logvar)
+                               - mean.shape[0] + mean.shape[0] * prior_logvar - logvar.sum())
+        return out
 
     def log_prior(self, embedding_reg: float, bias_reg: float) -> Tensor:
-        """Gaussian log prior (up to constants) of embeddings and biases."""
+        """Gaussian log prior (up to constants) of embeddings, implicit factors and biases.
+
+        The trainer applies its gradient as Adam's weight decay (see ``trainer._adam``);
+        ``tests/core/test_trainer.py`` checks that the two agree.
+        """
         out = self.global_mean.new_zeros(())
         if embedding_reg:
-            out = out - 0.5 * embedding_reg * sum((e ** 2).sum() for e in self.embeddings)
+            out = out - 0.5 * embedding_reg * sum((e ** 2).sum() for e in self.prior_tables())
         if bias_reg and self.use_biases:
             out = out - 0.5 * bias_reg * sum((b ** 2).sum() for b in self.biases)
         return out
 
+    def prior_tables(self) -> list[nn.Parameter]:
+        """The tables with the embedding prior N(0, 1 / embedding_reg): embeddings and implicit factors."""
+        return [*self.embeddings, *self.implicit_factors]
+
     def elbo(self, index: Tensor, y: Tensor, n_data: int, jitter: float, kl_weight: float = 1.0,
              embedding_reg: float = 0.0, bias_reg: float = 0.0) -> Tensor:
-        """Unbiased minibatch estimate of the ELBO plus the log prior of embeddings and biases."""
+        """Unbiased minibatch estimate of the ELBO plus the log prior of embeddings and biases.
+
+        The trainer passes ``embedding_reg = bias_reg = 0`` and applies those priors through
+        Adam's weight decay (same gradient, no pass over every table row per step).
+        """
         terms = self.whitened_terms(jitter)
         out = self.expected_log_lik(index, y, terms) * (n_data / index.shape[0]) - kl_weight * terms.kl
+        if self.heteroscedastic:
+            out = out - self.noise_kl()
         if embedding_reg or bias_reg:
             out = out + self.log_prior(embedding_reg, bias_reg)
         return out
+
+
+def implicit_graph(index: Tensor, n_levels: tuple[int, int], dtype: torch.dtype) -> tuple[Tensor, ...]:
+    """CSR matrices N_u (users x items) and N_i (items x users) with rows scaled by |row|^{-1/2}, and
+    their transposes: N_u @ Y sums, for every user, the implicit item factors of the items the user
+    rated, normalised as in SVD++. Repeated (user, item) pairs count once."""
+    n_u, n_i = n_levels
+    pairs = torch.unique(index[:, 0].long() * n_i + index[:, 1].long())
+    users, items = pairs // n_i, pairs % n_i
+
+    def csr(rows: Tensor, cols: Tensor, n_rows: int, n_cols: int) -> tuple[Tensor, Tensor]:
+        count = torch.bincount(rows, minlength=n_rows).to(dtype)
+        vals = count.clamp_min(1.0).rsqrt()[rows]
+        mat = torch.sparse_coo_tensor(torch.stack([rows, cols]), vals, (n_rows, n_cols), check_invariants=False)
+        mat_t = torch.sparse_coo_tensor(torch.stack([cols, rows]), vals, (n_cols, n_rows), check_invariants=False)
+        return mat.coalesce().to_sparse_csr(), mat_t.coalesce().to_sparse_csr()
+
+    with warnings.catch_warnings():  # torch calls its sparse CSR support "beta"; it is used only as documented
+        warnings.filterwarnings("ignore", message=".*[Ss]parse CSR tensor support is in beta.*")
+        nu, nu_t = csr(users, items, n_u, n_i)
+        ni, ni_t = csr(items, users, n_i, n_u)
+    return nu, nu_t, ni, ni_t
+
+
+class _SparseProduct(torch.autograd.Function):
+    """``sparse @ dense`` with the transpose kept as its own CSR matrix for the backward pass
+    (torch's generic sparse backward transposes the matrix on every step)."""
+
+    @staticmethod
+    def forward(ctx, dense: Tensor, sparse: Tensor, sparse_t: Tensor) -> Tensor:
+        ctx.sparse_t = sparse_t
+        return sparse @ dense
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        return ctx.sparse_t @ grad, None, None

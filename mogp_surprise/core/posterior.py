@@ -27,7 +27,7 @@ from .model import MWGPModule
 
 # tensors that make up a posterior, in the order they are saved
 _TENSORS = ("inducing", "lengthscale", "outputscale", "noise", "global_mean", "w", "M",
-            "emb_mean", "emb_var", "bias_mean", "bias_var", "psi1", "psi2")
+            "emb_mean", "emb_var", "bias_mean", "bias_var", "psi1", "psi2", "noise_scale_unseen")
 
 
 class MWGPPosterior:
@@ -38,11 +38,15 @@ class MWGPPosterior:
     """
 
     def __init__(self, tensors: dict[str, Any], embeddings: list[Tensor], biases: list[Tensor],
-                 rating_mean: float, rating_std: float, chunk_size: int = 65536) -> None:
+                 rating_mean: float, rating_std: float, chunk_size: int = 65536,
+                 noise_scales: list[Tensor] | None = None) -> None:
         for name in _TENSORS:
             setattr(self, name, tensors[name])
         self.embeddings = list(embeddings)
         self.biases = list(biases)
+        # per level of each factor, the factor by which it multiplies the noise variance (1: homoscedastic)
+        self.noise_scales = list(noise_scales) if noise_scales is not None else [
+            torch.ones(e.shape[0], dtype=e.dtype, device=e.device) for e in self.embeddings]
         self.rating_mean = float(rating_mean)
         self.rating_std = float(rating_std)
         self.chunk_size = _check_chunk_size(chunk_size)
@@ -54,7 +58,7 @@ class MWGPPosterior:
                     chunk_size: int = 65536) -> "MWGPPosterior":
         dtype = module.inducing.dtype
         f64 = {"dtype": torch.float64}
-        emb = [e.detach().to(**f64) for e in module.embeddings]
+        emb = [e.detach().to(**f64) for e in module.factor_tables()]
         if module.use_biases:
             biases = [b.detach().to(**f64) for b in module.biases]
         else:
@@ -82,13 +86,23 @@ class MWGPPosterior:
         # expectations of each factor's kernel under its cold-start distribution
         psi = [rbf_expectations(emb_mean[f], emb_var[f], z[:, f * r:(f + 1) * r], ls[f * r:(f + 1) * r])
                for f in range(len(emb))]
+        # E_q[exp(s)] of every level's log-noise offset; an unseen level's offset is integrated over the
+        # distribution of the learned ones (the mixture of their q(s), as for embeddings and biases)
+        if module.heteroscedastic:
+            noise_scales = [torch.exp(m.detach().to(**f64) + 0.5 * torch.exp(lv.detach().to(**f64)))
+                            for m, lv in zip(module.noise_offset_mean, module.noise_offset_logvar)]
+            noise_scale_unseen = torch.stack([s.mean() for s in noise_scales])
+        else:
+            noise_scales = [torch.ones(n, **f64, device=z.device) for n in module.n_levels]
+            noise_scale_unseen = torch.ones(len(module.n_levels), **f64, device=z.device)
         tensors = {
+            "noise_scale_unseen": noise_scale_unseen,
             "inducing": z, "lengthscale": ls, "outputscale": os_, "noise": module.noise().detach().to(**f64),
             "global_mean": module.global_mean.detach().to(**f64), "w": w, "M": M,
             "emb_mean": emb_mean, "emb_var": emb_var, "bias_mean": bias_mean, "bias_var": bias_var,
             "psi1": torch.stack([p[0] for p in psi]), "psi2": torch.stack([p[1] for p in psi]),
         }
-        post = cls(tensors, emb, biases, rating_mean, rating_std, chunk_size)
+        post = cls(tensors, emb, biases, rating_mean, rating_std, chunk_size, noise_scales)
         return post.to(dtype=dtype)
 
     # -- properties ----------------------------------------------------------------------------
@@ -128,24 +142,31 @@ class MWGPPosterior:
             return t.to(device=device if device is not None else t.device, dtype=dtype or t.dtype)
         tensors = {name: conv(getattr(self, name)) for name in _TENSORS}
         return MWGPPosterior(tensors, [conv(e) for e in self.embeddings], [conv(b) for b in self.biases],
-                             self.rating_mean, self.rating_std, self.chunk_size)
+                             self.rating_mean, self.rating_std, self.chunk_size,
+                             [conv(s) for s in self.noise_scales])
 
     def state_dict(self) -> dict[str, Any]:
         """Plain dict of CPU tensors and numbers; inverse of :meth:`from_state_dict`."""
         out: dict[str, Any] = {name: getattr(self, name).detach().cpu() for name in _TENSORS}
         out["embeddings"] = [e.detach().cpu() for e in self.embeddings]
         out["biases"] = [b.detach().cpu() for b in self.biases]
+        out["noise_scales"] = [s.detach().cpu() for s in self.noise_scales]
         out.update(rating_mean=self.rating_mean, rating_std=self.rating_std, chunk_size=self.chunk_size)
         return out
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> "MWGPPosterior":
+        state = dict(state)
+        if "noise_scale_unseen" not in state and "noise_scales" not in state and "embeddings" in state:
+            # written before per-level noise existed: a homoscedastic model
+            state["noise_scale_unseen"] = torch.ones(len(state["embeddings"]), dtype=state["embeddings"][0].dtype)
         missing = [k for k in (*_TENSORS, "embeddings", "biases", "rating_mean", "rating_std")
                    if k not in state]
         if missing:
             raise ValueError(f"posterior state is missing the entries {missing}")
         return cls({k: state[k] for k in _TENSORS}, state["embeddings"], state["biases"],
-                   state["rating_mean"], state["rating_std"], state.get("chunk_size", 65536))
+                   state["rating_mean"], state["rating_std"], state.get("chunk_size", 65536),
+                   state.get("noise_scales"))
 
     def __getstate__(self) -> dict[str, Any]:
         return self.state_dict()
@@ -197,8 +218,21 @@ class MWGPPosterior:
         """Like :meth:`predict` for one chunk of a (validated) long tensor, returning tensors on the device."""
         m, v = self._latent_chunk(index)
         if include_noise:
-            v = v + self.noise
+            v = v + self.noise_var_at(index)
         return m * self.rating_std + self.rating_mean, v * self.rating_std ** 2
+
+    def noise_var_at(self, index: Tensor) -> Tensor:
+        """Expected noise variance E[sigma_n^2] of each index tuple (standardised units), shape (n,).
+
+        sigma^2 times, for every factor, E_q[exp(s)] of the level's log-noise offset, or for a level
+        unseen in training (-1) its average over the levels seen in training (the offset integrated
+        over the mixture of the learned q(s), like the cold-start embedding and bias).
+        """
+        out = self.noise.expand(index.shape[0])
+        for f, scales in enumerate(self.noise_scales):
+            col = index[:, f]
+            out = out * torch.where(col >= 0, scales[col.clamp_min(0)], self.noise_scale_unseen[f])
+        return out
 
     def _latent_chunk(self, index: Tensor) -> tuple[Tensor, Tensor]:
         n_factors = self.n_factors

@@ -104,9 +104,13 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
     idx_t = torch.from_numpy(np.array(index, dtype=np.int64))  # a copy: inputs may be read-only views
     y_t = torch.as_tensor((ratings - rating_mean) / rating_std, dtype=dtype)
 
-    module = MWGPModule(tuple(n_levels), config.latent_dim, config.n_inducing, config.use_biases).to(dtype=dtype)
+    module = MWGPModule(tuple(n_levels), config.latent_dim, config.n_inducing, config.use_biases,
+                        heteroscedastic=config.noise == "heteroscedastic", implicit=config.implicit).to(dtype=dtype)
+    module.set_implicit_graph(idx_t)
     initialise(module, idx_t, y_t, config.init, gen)
     module = module.to(device)
+    if device.type != "cpu":
+        module.set_implicit_graph(idx_t.to(device))
     module.workspace = Workspace()
     idx_t, y_t = idx_t.to(device), y_t.to(device)
 
@@ -158,17 +162,18 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
 
 
 def _adam(module: MWGPModule, config: MWGPConfig, n: int) -> torch.optim.Optimizer:
-    """Adam with the Gaussian priors of embeddings and biases as weight decay.
+    """Adam with the Gaussian priors of embeddings, implicit factors and biases as weight decay.
 
     The loss is -ELBO / n, so a prior N(0, 1/reg) adds ``reg / n * param`` to the gradient: exactly
     Adam's (coupled) ``weight_decay``, applied inside the optimiser's own pass over the tables
     instead of a separate forward and backward pass over every row each step. Fused Adam (one
     kernel per tensor) where this torch supports it for the device; plain Adam otherwise.
     """
-    groups = [{"params": list(module.embeddings.parameters()), "weight_decay": config.embedding_reg / n},
+    tables = module.prior_tables()
+    decayed = {id(p) for p in [*tables, *module.biases]}
+    groups = [{"params": tables, "weight_decay": config.embedding_reg / n},
               {"params": list(module.biases.parameters()), "weight_decay": config.bias_reg / n},
-              {"params": [p for name, p in module.named_parameters()
-                          if not name.startswith(("embeddings.", "biases."))], "weight_decay": 0.0}]
+              {"params": [p for p in module.parameters() if id(p) not in decayed], "weight_decay": 0.0}]
     groups = [g for g in groups if g["params"]]
     try:
         return torch.optim.Adam(groups, lr=config.lr, fused=True)

@@ -284,3 +284,47 @@ def test_negative_chunk_size_is_rejected() -> None:
 def test_negative_fitted_chunk_size_is_rejected() -> None:
     with pytest.raises(ValueError, match="chunk_size"):
         _post(_random_module(), chunk_size=-3).predict(_all_pairs())
+
+
+# -- heteroscedastic noise -----------------------------------------------------------------------------
+
+def _het_module(seed: int = 0) -> MWGPModule:
+    gen = torch.Generator().manual_seed(seed)
+    mod = MWGPModule((N_USERS, N_ITEMS), R, M, use_biases=True, heteroscedastic=True).double()
+    with torch.no_grad():
+        for p in mod.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64) * 0.7)
+        mod.q_sqrt.copy_(torch.tril(mod.q_sqrt) + 1.5 * torch.eye(M, dtype=torch.float64))
+    return mod
+
+
+def test_heteroscedastic_noise_is_per_user_and_item_and_integrated_for_unseen_levels() -> None:
+    mod = _het_module()
+    post = _post(mod)
+    pairs = np.array([[0, 0], [0, 1], [3, 1], [-1, 2], [2, -1], [-1, -1]])
+    _, var_y = post.predict(pairs)
+    _, var_f = post.predict(pairs, include_noise=False)
+    noise = (var_y - var_f) / RATING_STD ** 2
+    with torch.no_grad():
+        sigma2 = float(mod.noise())
+        scale = [torch.exp(m + 0.5 * torch.exp(lv)).numpy()
+                 for m, lv in zip(mod.noise_offset_mean, mod.noise_offset_logvar)]
+        unseen = [sc.mean() for sc in scale]  # E[e^s] over the mixture of the learned q(s)
+    want = [sigma2 * (scale[0][u] if u >= 0 else unseen[0]) * (scale[1][i] if i >= 0 else unseen[1])
+            for u, i in pairs]
+    np.testing.assert_allclose(noise, want, rtol=1e-10)
+    assert len(set(np.round(noise[:3], 8))) == 3  # every known pair has its own noise
+
+
+def test_heteroscedastic_state_round_trip_and_old_states_load_as_homoscedastic() -> None:
+    post = _post(_het_module(seed=3))
+    pairs = np.array([[u, i] for u in range(-1, N_USERS) for i in range(-1, N_ITEMS)])
+    again = MWGPPosterior.from_state_dict(post.state_dict())
+    for a, b in zip(post.predict(pairs), again.predict(pairs)):
+        np.testing.assert_array_equal(a, b)
+    # a state written before per-level noise existed (no noise_scales / noise_scale_unseen entries)
+    homo = _post(_random_module(seed=3))
+    old = {k: v for k, v in homo.state_dict().items() if k not in ("noise_scales", "noise_scale_unseen")}
+    restored = MWGPPosterior.from_state_dict(old)
+    for a, b in zip(homo.predict(pairs), restored.predict(pairs)):
+        np.testing.assert_array_equal(a, b)

@@ -193,7 +193,8 @@ def test_valid_training_data_passes() -> None:
     validate_training_data(_IDX.astype(np.int32), _Y.astype(np.int64), (3, 4))
 
 
-def test_priors_as_weight_decay_give_the_same_adam_steps_as_the_explicit_log_prior() -> None:
+@pytest.mark.parametrize("extras", [{}, {"heteroscedastic": True, "implicit": True}])
+def test_priors_as_weight_decay_give_the_same_adam_steps_as_the_explicit_log_prior(extras) -> None:
     """The trainer moves the Gaussian priors into Adam's weight decay; the steps must be identical."""
     from mogp_surprise.core.model import MWGPModule
     from mogp_surprise.core.trainer import _adam
@@ -204,7 +205,8 @@ def test_priors_as_weight_decay_give_the_same_adam_steps_as_the_explicit_log_pri
     y = torch.randn(n, generator=gen, dtype=torch.float64)
     modules = []
     for _ in range(2):
-        mod = MWGPModule((7, 5), 2, 4).to(torch.float64)
+        mod = MWGPModule((7, 5), 2, 4, **extras).to(torch.float64)
+        mod.set_implicit_graph(index)
         torch.manual_seed(1)
         with torch.no_grad():
             for p in mod.parameters():
