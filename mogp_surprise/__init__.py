@@ -20,6 +20,7 @@ _LAZY = {
     "MWGP": "mogp_surprise.adapters.surprise_algo",
     "MWGPRegressor": "mogp_surprise.adapters.sklearn_estimator",
     "MWGPConfig": "mogp_surprise.core.config",
+    "PAPER_MODEL": "mogp_surprise.core.config",
     "HomoscedasticBaseline": "mogp_surprise.adapters.homoscedastic",
 }
 

@@ -44,6 +44,9 @@ def _compare(args: argparse.Namespace) -> int:
     print(f"Data: {data.source}; {args.folds}-fold CV (seed {args.seed}); algorithms: {', '.join(args.algos)}")
     result = compare(data.surprise_dataset(), algos=args.algos, n_folds=args.folds, random_state=args.seed,
                      mwgp_params=params, progress=not args.no_progress)
+    if args.reuse:
+        from .compare import reuse_results
+        result = reuse_results(result, args.reuse_from or args.out, args.reuse)
     title = args.title or f"{data.name}, {args.folds}-fold CV"
     paths = write_results(result, args.out, title=title)
     print()
@@ -79,13 +82,19 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--dataset", default="ml-100k", choices=["ml-100k", "ml-1m", "ml-10m", "jester"])
     cmp_.add_argument("--folds", type=int, default=5)
     cmp_.add_argument("--algos", nargs="+", default=["mwgp", "svd", "svdpp"], choices=sorted(ALGORITHMS),
-                      help="mwgp, svd (BiasedMF), svd8 (n_factors=8), svdpp, myfm (needs the myfm extra)")
+                      help="mwgp, mwgp_paper (the paper's model), svd (BiasedMF), svd8 (n_factors=8), svdpp, "
+                           "myfm (needs the myfm extra)")
     cmp_.add_argument("--out", default="results", help="output folder (tables, curves, PNG plots)")
     cmp_.add_argument("--seed", type=int, default=0)
     cmp_.add_argument("--params", default=None, help="MW-GP hyper-parameters as JSON")
     cmp_.add_argument("--data-dir", default=None, help="data folder (default: $MOGP_DATA, then Surprise's cache)")
     cmp_.add_argument("--no-download", action="store_true", help="never try Surprise's downloader")
     cmp_.add_argument("--allow-synthetic", action="store_true", help="fall back to synthetic data if none found")
+    cmp_.add_argument("--reuse", nargs="+", default=None, metavar="ALGO",
+                      help="take these algorithms' per-fold results from an earlier run on the same folds "
+                           "instead of fitting them again (default: none)")
+    cmp_.add_argument("--reuse-from", default=None, metavar="DIR",
+                      help="folder of that earlier run (default: --out)")
     cmp_.add_argument("--title", default=None)
     cmp_.add_argument("--no-progress", action="store_true")
     cmp_.set_defaults(func=_compare)

@@ -41,6 +41,12 @@ def _mwgp(seed: int, params: dict[str, Any]):
     return MWGP(**{"random_state": seed, **params})
 
 
+def _mwgp_paper(seed: int, params: dict[str, Any]):
+    from .adapters.surprise_algo import MWGP
+    from .core.config import PAPER_MODEL
+    return MWGP(**{"random_state": seed, **params, **PAPER_MODEL})
+
+
 def _homoscedastic(factory: Callable[[int], Any]) -> Callable[[int, dict[str, Any]], Any]:
     def make(seed: int, params: dict[str, Any]):
         from .adapters.homoscedastic import HomoscedasticBaseline
@@ -67,6 +73,7 @@ def _myfm(seed: int, params: dict[str, Any]):
 
 ALGORITHMS: dict[str, AlgoSpec] = {
     "mwgp": AlgoSpec("MW-GP (ours)", "predictive", _mwgp),
+    "mwgp_paper": AlgoSpec("MW-GP, the paper's model", "predictive", _mwgp_paper),
     "svd": AlgoSpec("BiasedMF (Surprise SVD)", "homoscedastic", _homoscedastic(_svd(None))),
     "svd8": AlgoSpec("BiasedMF r=8 (SVD n_factors=8)", "homoscedastic", _homoscedastic(_svd(8))),
     "svdpp": AlgoSpec("SVD++ (Surprise SVDpp)", "homoscedastic", _homoscedastic(_svdpp)),
@@ -172,6 +179,39 @@ def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: i
     settings = {"n_folds": n_folds, "random_state": random_state, "algos": list(algos), "mwgp_params": params,
                 "qp_quantiles": QP_QUANTILES}
     return CompareResult(pd.DataFrame(rows), curves, calibration, settings)
+
+
+def reuse_results(result: CompareResult, previous_dir: str | Path, algos: Sequence[str]) -> CompareResult:
+    """Add the per-fold results of ``algos`` from an earlier :func:`write_results` folder to ``result``.
+
+    For adding or re-running one algorithm without re-fitting slow baselines (SVD++ takes minutes
+    per ML-1M fold). The earlier run must have used the same folds: same number of folds and seed
+    (checked), on the same data set (the caller's responsibility, stated in the written settings).
+    """
+    curves, _, calib, meta = load_results(previous_dir)
+    folds = pd.read_csv(Path(previous_dir) / "folds.csv")
+    old = meta.get("settings", {})
+    for key in ("n_folds", "random_state"):
+        if old.get(key) != result.settings[key]:
+            raise ValueError(f"cannot reuse {previous_dir}: it was run with {key}={old.get(key)!r}, "
+                             f"this comparison with {key}={result.settings[key]!r} (the folds would differ)")
+    missing = [a for a in algos if a not in set(folds["algo"])]
+    if missing:
+        raise ValueError(f"cannot reuse {missing} from {previous_dir}: it holds {sorted(set(folds['algo']))}")
+    clash = [a for a in algos if a in result.curves]
+    if clash:
+        raise ValueError(f"{clash} were both run now and requested from {previous_dir}")
+    new_curves = dict(result.curves)
+    new_calib = dict(result.calibration)
+    for a in algos:
+        per_fold = curves[curves["algo"] == a]
+        new_curves[a] = [g.drop(columns=["algo", "fold"]).reset_index(drop=True)
+                         for _, g in per_fold.groupby("fold", sort=True)]
+        new_calib[a] = calib[calib["algo"] == a].drop(columns=["algo"]).reset_index(drop=True)
+    settings = {**result.settings, "algos": [*result.settings["algos"], *algos],
+                "reused": {"from": str(previous_dir), "algos": list(algos)}}
+    merged = pd.concat([result.folds, folds[folds["algo"].isin(algos)]], ignore_index=True)
+    return CompareResult(merged, new_curves, new_calib, settings)
 
 
 def summary_markdown(summary: pd.DataFrame, settings: dict[str, Any]) -> str:

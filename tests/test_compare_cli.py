@@ -143,3 +143,32 @@ def test_examples_run_in_smoke_mode(script, tmp_path, monkeypatch):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip()
+
+
+def test_reuse_takes_earlier_per_fold_results_on_the_same_folds(synthetic_data, tmp_path):
+    """--reuse: an algorithm's per-fold rows, curves and calibration come back unchanged from an
+    earlier run; a run on other folds (another seed) is refused."""
+    from mogp_surprise.compare import reuse_results
+
+    extra = {"rec_a": AlgoSpec("A", "predictive", lambda seed, p: _Recorder())}
+    first = compare(synthetic_data, algos=["rec_a", "mwgp_paper"], n_folds=2, mwgp_params=TINY_MWGP,
+                    extra_algos=extra)
+    write_results(first, tmp_path / "first")
+    second = compare(synthetic_data, algos=["mwgp"], n_folds=2, mwgp_params=TINY_MWGP)
+    merged = reuse_results(second, tmp_path / "first", ["rec_a", "mwgp_paper"])
+    assert list(merged.summary()["algo"]) == ["mwgp", "rec_a", "mwgp_paper"]
+    old = first.folds.set_index(["algo", "fold"])
+    new = merged.folds.set_index(["algo", "fold"])
+    for algo in ("rec_a", "mwgp_paper"):
+        np.testing.assert_allclose(new.loc[algo, "rmse_q100"].to_numpy(), old.loc[algo, "rmse_q100"].to_numpy())
+        assert len(merged.curves[algo]) == 2
+        np.testing.assert_allclose(merged.curves[algo][1]["rmse"].to_numpy(), first.curves[algo][1]["rmse"].to_numpy())
+    # the paper's model is not the default model: the two differ on the same folds
+    assert new.loc["mwgp", "rmse_q100"].to_numpy().tolist() != old.loc["mwgp_paper", "rmse_q100"].to_numpy().tolist()
+    paths = write_results(merged, tmp_path / "merged")
+    assert paths["qp_rmse_png"].exists()
+    other_seed = compare(synthetic_data, algos=["rec_a"], n_folds=2, random_state=1, extra_algos=extra)
+    with pytest.raises(ValueError, match="random_state"):
+        reuse_results(other_seed, tmp_path / "first", ["mwgp_paper"])
+    with pytest.raises(ValueError, match="holds"):
+        reuse_results(second, tmp_path / "first", ["svdpp"])
