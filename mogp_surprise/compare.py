@@ -288,7 +288,7 @@ def plot_results(out_dir: str | Path, title: str = "") -> dict[str, Path]:
         baselines = {labels[k]: float(summary.loc[summary["algo"] == k, f"{metric}_q100_mean"].iloc[0])
                      for k in summary["algo"] if kinds.get(k) == "homoscedastic"}
         fig, ax = plt.subplots(figsize=(6, 4))
-        plot_qp(per_algo, metric=metric, baselines=baselines, ax=ax, colors=colors,
+        plot_qp(per_algo, metric=metric, baselines=baselines or None, ax=ax, colors=colors,
                 title=f"{title} — {metric.upper()} on the q most confident predictions" if title else None)
         paths[f"qp_{metric}_png"] = save_figure(fig, out / f"qp_{metric}.png")
         plt.close(fig)

@@ -5,9 +5,9 @@ M, each factor's cold-start kernel expectations) is computed once, in float64, w
 posterior is built; a pattern of several unknown factors combines them with O(m^2) work.
 
 Unseen levels (index -1) are integrated out: the unknown embedding is given the Gaussian that
-matches the moments of the learned embeddings of that factor, its kernel factor is replaced by
-its closed-form expectations (psi statistics), and the unknown bias contributes its empirical
-mean and variance. With random kernel vector k = outputscale * prod_f k_f and
+matches the moments of the learned embeddings of that factor (their spread plus their average
+Laplace posterior variance), its kernel factor is replaced by its closed-form expectations (psi
+statistics), and the unknown bias contributes its mean and variance (likewise). With random kernel vector k = outputscale * prod_f k_f and
 psi1 = E[k], Psi2 = E[k k^T]:
 
     E[f]   = psi1^T w
@@ -55,7 +55,15 @@ class MWGPPosterior:
     @classmethod
     @torch.no_grad()
     def from_module(cls, module: MWGPModule, rating_mean: float, rating_std: float, jitter: float,
-                    chunk_size: int = 65536) -> "MWGPPosterior":
+                    chunk_size: int = 65536,
+                    level_variances: tuple[list[Tensor], list[Tensor]] | None = None) -> "MWGPPosterior":
+        """The posterior of a trained module.
+
+        ``level_variances`` (from :func:`~.laplace.level_variances`): posterior variances of every
+        level's GP input and bias; their averages are added to the spread of the learned inputs and
+        biases that an unseen level is integrated over (law of total variance: the population spread
+        of true embeddings is that of the point estimates plus their estimation uncertainty).
+        """
         dtype = module.inducing.dtype
         f64 = {"dtype": torch.float64}
         emb = [e.detach().to(**f64) for e in module.factor_tables()]
@@ -83,6 +91,11 @@ class MWGPPosterior:
         bias_mean = torch.stack([b.mean() for b in biases])
         bias_var = torch.stack([b.var(unbiased=False) if b.shape[0] > 1 else b.new_zeros(())
                                 for b in biases])
+        if level_variances is not None:
+            input_var, level_bias_var = level_variances
+            emb_var = emb_var + torch.stack([v.to(**f64).mean(0) for v in input_var]).to(z.device)
+            if module.use_biases:
+                bias_var = bias_var + torch.stack([v.to(**f64).mean() for v in level_bias_var])
         # expectations of each factor's kernel under its cold-start distribution
         psi = [rbf_expectations(emb_mean[f], emb_var[f], z[:, f * r:(f + 1) * r], ls[f * r:(f + 1) * r])
                for f in range(len(emb))]

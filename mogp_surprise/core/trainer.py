@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 from .config import MWGPConfig
 from .errors import NumericalError
 from .initialization import initialise
+from .laplace import level_variances
 from .kernels import Workspace
 from .model import MWGPModule
 from .posterior import MWGPPosterior
@@ -154,7 +155,9 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
         logger.debug("epoch %d: negative ELBO per rating %.5f", epoch + 1, history[-1])
 
     module.workspace = None
-    posterior = MWGPPosterior.from_module(module, rating_mean, rating_std, config.jitter, config.chunk_size)
+    spread = level_variances(module, idx_t, config.jitter, config.embedding_reg, config.bias_reg, config.chunk_size)
+    posterior = MWGPPosterior.from_module(module, rating_mean, rating_std, config.jitter, config.chunk_size,
+                                          level_variances=spread)
     elapsed = time.perf_counter() - started
     logger.info("MW-GP fitted on %d ratings in %.1f s (final loss %.4f)", n, elapsed, history[-1])
     return FitResult(posterior=posterior, loss_history=history, epoch_times=epoch_times, fit_time=elapsed,

@@ -1,0 +1,77 @@
+"""The Laplace (Gauss-Newton) variances of every level's GP input and bias, and their use in cold start."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from mogp_surprise.core.kernels import paired_kernel
+from mogp_surprise.core.laplace import level_variances
+from mogp_surprise.core.model import MWGPModule
+from mogp_surprise.core.posterior import MWGPPosterior
+
+JITTER = 1e-8
+LEVELS, R, M = (6, 4), 2, 5
+
+
+def _module(implicit: bool) -> tuple[MWGPModule, torch.Tensor]:
+    gen = torch.Generator().manual_seed(0)
+    index = torch.stack([torch.randint(0, LEVELS[0], (40,), generator=gen),
+                         torch.randint(0, LEVELS[1], (40,), generator=gen)], 1)
+    index[:2] = torch.tensor([[5, 0], [5, 1]])  # user 5 has at least these ratings
+    mod = MWGPModule(LEVELS, R, M, heteroscedastic=True, implicit=implicit).double()
+    with torch.no_grad():
+        for p in mod.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64) * 0.6)
+        mod.q_sqrt.copy_(torch.tril(mod.q_sqrt) + torch.eye(M, dtype=torch.float64))
+    mod.set_implicit_graph(index)
+    return mod, index
+
+
+@pytest.mark.parametrize("implicit", [False, True])
+def test_gauss_newton_precision_matches_autograd(implicit: bool) -> None:
+    mod, index = _module(implicit)
+    input_var, bias_var = level_variances(mod, index, JITTER, embedding_reg=3.0, bias_reg=2.0, chunk_size=7)
+    terms = mod.whitened_terms(JITTER)
+    tables = [t.detach().clone().requires_grad_(True) for t in mod.factor_tables()]
+    lam = mod.noise_terms(index)[1].detach()
+    prec = [torch.full_like(t, 3.0) for t in tables]
+    bias_prec = [torch.full((t.shape[0],), 2.0, dtype=torch.float64) for t in tables]
+    for n in range(index.shape[0]):  # one rating at a time: its mean's gradient w.r.t. its two inputs
+        x = mod.features(index[n:n + 1], tables)
+        mean = (paired_kernel(x, mod.inducing, mod.lengthscale(), mod.outputscale()) @ terms.w).sum()
+        grads = torch.autograd.grad(mean, tables)
+        for f in range(2):
+            row = int(index[n, f])
+            prec[f][row] += float(lam[n]) * grads[f][row].detach() ** 2
+            bias_prec[f][row] += float(lam[n])
+    for f in range(2):
+        np.testing.assert_allclose(input_var[f].numpy(), (1.0 / prec[f]).numpy(), rtol=1e-9)
+        np.testing.assert_allclose(bias_var[f].numpy(), (1.0 / bias_prec[f]).numpy(), rtol=1e-12)
+    unrated = sorted(set(range(LEVELS[1])) - set(index[:, 1].tolist()))
+    for i in unrated:  # no rating: the prior variance
+        np.testing.assert_allclose(input_var[1][i].numpy(), 1 / 3.0)
+
+
+def test_without_a_prior_no_correction_is_made() -> None:
+    mod, index = _module(False)
+    input_var, bias_var = level_variances(mod, index, JITTER, embedding_reg=0.0, bias_reg=0.0)
+    assert all(float(v.abs().max()) == 0.0 for v in [*input_var, *bias_var])
+
+
+def test_cold_start_spread_adds_the_average_posterior_variance() -> None:
+    mod, index = _module(False)
+    spread = level_variances(mod, index, JITTER, embedding_reg=3.0, bias_reg=2.0)
+    plain = MWGPPosterior.from_module(mod, 0.0, 1.0, JITTER)
+    wider = MWGPPosterior.from_module(mod, 0.0, 1.0, JITTER, level_variances=spread)
+    for f in range(2):
+        np.testing.assert_allclose((wider.emb_var[f] - plain.emb_var[f]).numpy(), spread[0][f].mean(0).numpy(),
+                                   rtol=1e-10)
+        assert float(wider.bias_var[f] - plain.bias_var[f]) == pytest.approx(float(spread[1][f].mean()))
+    pairs = np.array([[-1, 0], [2, -1], [-1, -1], [1, 1]])
+    var_plain, var_wider = plain.predict(pairs)[1], wider.predict(pairs)[1]
+    assert (var_wider[:3] > var_plain[:3]).all()  # unseen levels: wider
+    assert var_wider[3] == pytest.approx(var_plain[3], rel=1e-12)  # known pairs: unchanged
+    assert math.isfinite(float(var_wider.sum()))
