@@ -352,6 +352,10 @@ HYPER: list[tuple[str, Any, type[Exception], str, str]] = [  # (parameter, value
     ("random_state", 1.5, ValueError, SEED_RULE, "random_state=1.5"),
     ("verbose", "yes", TypeError, r"must be a bool", "verbose=str"),
     ("use_biases", "no", TypeError, r"must be a bool", "use_biases=str"),
+    ("implicit", "yes", TypeError, r"must be a bool", "implicit=str"),
+    ("implicit", 1, TypeError, r"must be a bool", "implicit=1"),
+    ("noise", "per-user", ValueError, r"must be one of \('heteroscedastic', 'homoscedastic'\)", "noise=per-user"),
+    ("noise", None, ValueError, r"must be one of \('heteroscedastic', 'homoscedastic'\)", "noise=None"),
 ]
 
 
