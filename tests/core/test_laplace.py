@@ -11,6 +11,7 @@ from mogp_surprise.core.kernels import paired_kernel
 from mogp_surprise.core.laplace import level_variances
 from mogp_surprise.core.model import MWGPModule
 from mogp_surprise.core.posterior import MWGPPosterior
+from tests.core._modules import random_module
 
 JITTER = 1e-8
 LEVELS, R, M = (6, 4), 2, 5
@@ -21,11 +22,7 @@ def _module(implicit: bool) -> tuple[MWGPModule, torch.Tensor]:
     index = torch.stack([torch.randint(0, LEVELS[0], (40,), generator=gen),
                          torch.randint(0, LEVELS[1], (40,), generator=gen)], 1)
     index[:2] = torch.tensor([[5, 0], [5, 1]])  # user 5 has at least these ratings
-    mod = MWGPModule(LEVELS, R, M, heteroscedastic=True, implicit=implicit).double()
-    with torch.no_grad():
-        for p in mod.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64) * 0.6)
-        mod.q_sqrt.copy_(torch.tril(mod.q_sqrt) + torch.eye(M, dtype=torch.float64))
+    mod = random_module(LEVELS, R, M, seed=1, scale=0.6, q_diag=1.0, heteroscedastic=True, implicit=implicit)
     mod.set_implicit_graph(index)
     return mod, index
 

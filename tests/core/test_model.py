@@ -16,6 +16,7 @@ import torch
 
 from mogp_surprise.core.kernels import Workspace, data_fit, paired_kernel
 from mogp_surprise.core.model import MWGPModule, implicit_graph
+from tests.core._modules import random_module
 
 JITTER = 1e-8
 N_USERS, N_ITEMS, R, M = 7, 5, 2, 6
@@ -29,12 +30,9 @@ def _index(n: int = 40, seed: int = 0) -> torch.Tensor:
 
 def _module(heteroscedastic: bool = True, implicit: bool = False, seed: int = 0,
             offset_logvar: float | None = None) -> MWGPModule:
-    gen = torch.Generator().manual_seed(seed)
-    mod = MWGPModule((N_USERS, N_ITEMS), R, M, heteroscedastic=heteroscedastic, implicit=implicit).double()
+    mod = random_module((N_USERS, N_ITEMS), R, M, seed=seed, scale=0.5, q_diag=1.2,
+                        heteroscedastic=heteroscedastic, implicit=implicit)
     with torch.no_grad():
-        for p in mod.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64) * 0.5)
-        mod.q_sqrt.copy_(torch.tril(mod.q_sqrt) + 1.2 * torch.eye(M, dtype=torch.float64))
         if offset_logvar is not None:
             for lv in mod.noise_offset_logvar:
                 lv.fill_(offset_logvar)

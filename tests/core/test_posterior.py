@@ -14,6 +14,7 @@ import torch
 
 from mogp_surprise.core.model import MWGPModule
 from mogp_surprise.core.posterior import MWGPPosterior
+from tests.core._modules import random_module
 
 JITTER = 1e-8
 N_USERS, N_ITEMS, R, M = 6, 5, 2, 7
@@ -289,13 +290,7 @@ def test_negative_fitted_chunk_size_is_rejected() -> None:
 # -- heteroscedastic noise -----------------------------------------------------------------------------
 
 def _het_module(seed: int = 0) -> MWGPModule:
-    gen = torch.Generator().manual_seed(seed)
-    mod = MWGPModule((N_USERS, N_ITEMS), R, M, use_biases=True, heteroscedastic=True).double()
-    with torch.no_grad():
-        for p in mod.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64) * 0.7)
-        mod.q_sqrt.copy_(torch.tril(mod.q_sqrt) + 1.5 * torch.eye(M, dtype=torch.float64))
-    return mod
+    return random_module((N_USERS, N_ITEMS), R, M, seed=seed, heteroscedastic=True)
 
 
 def test_heteroscedastic_noise_is_per_user_and_item_and_integrated_for_unseen_levels() -> None:
