@@ -354,6 +354,7 @@ HYPER: list[tuple[str, Any, type[Exception], str, str]] = [  # (parameter, value
     ("use_biases", "no", TypeError, r"must be a bool", "use_biases=str"),
     ("implicit", "yes", TypeError, r"must be a bool", "implicit=str"),
     ("implicit", 1, TypeError, r"must be a bool", "implicit=1"),
+    ("embedding_uncertainty", "no", TypeError, r"must be a bool", "embedding_uncertainty=str"),
     ("noise", "per-user", ValueError, r"must be one of \('heteroscedastic', 'homoscedastic'\)", "noise=per-user"),
     ("noise", None, ValueError, r"must be one of \('heteroscedastic', 'homoscedastic'\)", "noise=None"),
 ]

@@ -18,7 +18,8 @@ _INITS = ("pca", "random")
 _NOISE = ("heteroscedastic", "homoscedastic")
 #: the paper's model (Yang & Buettner, 2021): one scalar noise variance, no implicit feedback, and the
 #: embedding prior tuned for it; ``MWGP(**PAPER_MODEL)`` reproduces the paper's figures
-PAPER_MODEL = {"noise": "homoscedastic", "implicit": False, "embedding_reg": 3.0, "n_epochs": 30}
+PAPER_MODEL = {"noise": "homoscedastic", "implicit": False, "embedding_uncertainty": False,
+               "embedding_reg": 3.0, "n_epochs": 30}
 #: batch_size="auto": the MovieLens-tuned batch, reduced on small data to keep >= MIN_STEPS steps
 AUTO_BATCH, MIN_AUTO_BATCH, MIN_STEPS = 8192, 256, 360
 
@@ -60,7 +61,13 @@ class MWGPConfig:
         SVD++-style implicit feedback: a user's GP input is their embedding plus a normalised sum of
         implicit factors of the items they rated, and likewise for items. ``False`` as in the
         paper. ``MWGP(**PAPER_MODEL)`` (``PAPER_MODEL = {"noise": "homoscedastic", "implicit": False,
-        "embedding_reg": 3.0, "n_epochs": 30}``, importable from ``mogp_surprise``) is the paper's model.
+        "embedding_uncertainty": False, "embedding_reg": 3.0, "n_epochs": 30}``, importable from
+        ``mogp_surprise``) is the paper's model.
+    embedding_uncertainty : bool, default=True
+        Add the estimation uncertainty of a known user's and item's embedding and bias (a diagonal
+        Laplace posterior, propagated linearly) to their predictions' variance; users and items
+        with few ratings get wider intervals. ``False``: the GP's variance at the point estimates
+        (the paper).
     kl_weight : float, default=1.0
         Weight of KL(q(v) || p(v)). 1.0 gives the correct ELBO; larger values regularise more
         (the paper's code implicitly used N / batch_size).
@@ -91,6 +98,7 @@ class MWGPConfig:
     use_biases: bool = True
     noise: str = "heteroscedastic"
     implicit: bool = True
+    embedding_uncertainty: bool = True
     kl_weight: float = 1.0
     init: str = "pca"
     jitter: float = 1e-5
@@ -128,7 +136,7 @@ class MWGPConfig:
         _check_choice("init", self.init, _INITS)
         _check_choice("noise", self.noise, _NOISE)
         _check_choice("dtype", self.dtype, tuple(_DTYPES))
-        for name in ("use_biases", "implicit", "verbose"):
+        for name in ("use_biases", "implicit", "embedding_uncertainty", "verbose"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise TypeError(f"`{name}` must be a bool, got {getattr(self, name)!r}")
         rs = self.random_state

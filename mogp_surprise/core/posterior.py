@@ -39,7 +39,8 @@ class MWGPPosterior:
 
     def __init__(self, tensors: dict[str, Any], embeddings: list[Tensor], biases: list[Tensor],
                  rating_mean: float, rating_std: float, chunk_size: int = 65536,
-                 noise_scales: list[Tensor] | None = None) -> None:
+                 noise_scales: list[Tensor] | None = None,
+                 level_variances: tuple[list[Tensor], list[Tensor]] | None = None) -> None:
         for name in _TENSORS:
             setattr(self, name, tensors[name])
         self.embeddings = list(embeddings)
@@ -47,6 +48,10 @@ class MWGPPosterior:
         # per level of each factor, the factor by which it multiplies the noise variance (1: homoscedastic)
         self.noise_scales = list(noise_scales) if noise_scales is not None else [
             torch.ones(e.shape[0], dtype=e.dtype, device=e.device) for e in self.embeddings]
+        # Laplace variances of every level's GP input (n_f, r) and bias (n_f,): the estimation
+        # uncertainty of known users and items, added to their predictive variance (empty: none)
+        self.input_var, self.level_bias_var = (list(level_variances[0]), list(level_variances[1])) \
+            if level_variances is not None else ([], [])
         self.rating_mean = float(rating_mean)
         self.rating_std = float(rating_std)
         self.chunk_size = _check_chunk_size(chunk_size)
@@ -56,13 +61,16 @@ class MWGPPosterior:
     @torch.no_grad()
     def from_module(cls, module: MWGPModule, rating_mean: float, rating_std: float, jitter: float,
                     chunk_size: int = 65536,
-                    level_variances: tuple[list[Tensor], list[Tensor]] | None = None) -> "MWGPPosterior":
+                    level_variances: tuple[list[Tensor], list[Tensor]] | None = None,
+                    embedding_uncertainty: bool = True) -> "MWGPPosterior":
         """The posterior of a trained module.
 
         ``level_variances`` (from :func:`~.laplace.level_variances`): posterior variances of every
-        level's GP input and bias; their averages are added to the spread of the learned inputs and
+        level's GP input and bias. Their averages are added to the spread of the learned inputs and
         biases that an unseen level is integrated over (law of total variance: the population spread
-        of true embeddings is that of the point estimates plus their estimation uncertainty).
+        of true embeddings is that of the point estimates plus their estimation uncertainty), and
+        with ``embedding_uncertainty`` a known level's own variances enter its predictions'
+        variance (linearised: J^T diag(v) J for the GP input, plus the bias variance).
         """
         dtype = module.inducing.dtype
         f64 = {"dtype": torch.float64}
@@ -115,7 +123,12 @@ class MWGPPosterior:
             "emb_mean": emb_mean, "emb_var": emb_var, "bias_mean": bias_mean, "bias_var": bias_var,
             "psi1": torch.stack([p[0] for p in psi]), "psi2": torch.stack([p[1] for p in psi]),
         }
-        post = cls(tensors, emb, biases, rating_mean, rating_std, chunk_size, noise_scales)
+        own = None
+        if level_variances is not None and embedding_uncertainty:
+            own = ([v.detach().to(**f64) for v in level_variances[0]],
+                   [v.detach().to(**f64) if module.use_biases else torch.zeros_like(v, **f64)
+                    for v in level_variances[1]])
+        post = cls(tensors, emb, biases, rating_mean, rating_std, chunk_size, noise_scales, own)
         return post.to(dtype=dtype)
 
     # -- properties ----------------------------------------------------------------------------
@@ -156,7 +169,9 @@ class MWGPPosterior:
         tensors = {name: conv(getattr(self, name)) for name in _TENSORS}
         return MWGPPosterior(tensors, [conv(e) for e in self.embeddings], [conv(b) for b in self.biases],
                              self.rating_mean, self.rating_std, self.chunk_size,
-                             [conv(s) for s in self.noise_scales])
+                             [conv(s) for s in self.noise_scales],
+                             ([conv(v) for v in self.input_var], [conv(v) for v in self.level_bias_var])
+                             if self.input_var else None)
 
     def state_dict(self) -> dict[str, Any]:
         """Plain dict of CPU tensors and numbers; inverse of :meth:`from_state_dict`."""
@@ -164,6 +179,8 @@ class MWGPPosterior:
         out["embeddings"] = [e.detach().cpu() for e in self.embeddings]
         out["biases"] = [b.detach().cpu() for b in self.biases]
         out["noise_scales"] = [s.detach().cpu() for s in self.noise_scales]
+        out["input_var"] = [v.detach().cpu() for v in self.input_var]
+        out["level_bias_var"] = [v.detach().cpu() for v in self.level_bias_var]
         out.update(rating_mean=self.rating_mean, rating_std=self.rating_std, chunk_size=self.chunk_size)
         return out
 
@@ -179,7 +196,8 @@ class MWGPPosterior:
             raise ValueError(f"posterior state is missing the entries {missing}")
         return cls({k: state[k] for k in _TENSORS}, state["embeddings"], state["biases"],
                    state["rating_mean"], state["rating_std"], state.get("chunk_size", 65536),
-                   state.get("noise_scales"))
+                   state.get("noise_scales"),
+                   (state["input_var"], state["level_bias_var"]) if state.get("input_var") else None)
 
     def __getstate__(self) -> dict[str, Any]:
         return self.state_dict()
@@ -291,6 +309,13 @@ class MWGPPosterior:
         proj = kk @ lin
         mean = self.global_mean + proj
         var = self.outputscale + ((kk @ quad) * kk).sum(-1)
+        if known and self.input_var:  # estimation uncertainty of the known inputs and biases (delta method)
+            kw = kk * lin
+            grad = (kw @ z - x * kw.sum(-1, keepdim=True)) / (ls * ls)  # d E[f] / d x
+            v = torch.cat([self.input_var[f][index[:, f]] for f in known], dim=-1)
+            var = var + (grad * grad * v).sum(-1)
+            for f in known:
+                var = var + self.level_bias_var[f][index[:, f]]
         for f in known:
             mean = mean + self.biases[f][index[:, f]]
         if unknown:

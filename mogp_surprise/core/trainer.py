@@ -157,7 +157,8 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
     module.workspace = None
     spread = level_variances(module, idx_t, config.jitter, config.embedding_reg, config.bias_reg, config.chunk_size)
     posterior = MWGPPosterior.from_module(module, rating_mean, rating_std, config.jitter, config.chunk_size,
-                                          level_variances=spread)
+                                          level_variances=spread,
+                                          embedding_uncertainty=config.embedding_uncertainty)
     elapsed = time.perf_counter() - started
     logger.info("MW-GP fitted on %d ratings in %.1f s (final loss %.4f)", n, elapsed, history[-1])
     return FitResult(posterior=posterior, loss_history=history, epoch_times=epoch_times, fit_time=elapsed,

@@ -60,8 +60,10 @@ def test_recommend_needs_a_user_item_model(synthetic_df):
 
 def test_cold_start_users_get_wider_honest_intervals():
     """Hold out 15 % of users entirely: their std is clearly larger and their 90 % intervals cover
-    as well as those of seen users (the model is somewhat over-confident on this synthetic data
-    for everyone: ~0.84 for a nominal 0.90; on ML-1M the figures are 0.88 / 0.91, docs/benchmarks.md)."""
+    as well as those of seen users, both close to 90 % (0.89 / 0.89 here; ML-1M 0.90 / 0.92,
+    docs/benchmarks.md). Seen users' intervals include the estimation uncertainty of their own
+    embedding and bias, so the cold/warm std ratio (1.16 here) is smaller than with point estimates
+    (1.22) while both are calibrated."""
     df = make_synthetic_ratings(n_users=400, n_items=150, n_ratings=16000, random_state=3)
     rng = np.random.default_rng(0)
     cold = set(rng.choice(df["user"].unique(), 60, replace=False))
@@ -74,6 +76,7 @@ def test_cold_start_users_get_wider_honest_intervals():
     for name, part in (("warm", warm_test), ("cold", test_cold)):
         mean, std = est.predict(part[["user", "item"]], return_std=True)
         res[name] = (std.mean(), np.mean(np.abs(part["rating"].to_numpy() - mean) <= 1.645 * std))
-    assert res["cold"][0] > 1.2 * res["warm"][0], res
+    assert res["cold"][0] > 1.1 * res["warm"][0], res
     # ~2,400 cold ratings: a coverage estimate has a sampling std of ~0.007, so 0.03 is ~4 sigma
-    assert res["cold"][1] >= res["warm"][1] - 0.03 and 0.80 <= res["cold"][1] <= 0.97, res
+    assert res["cold"][1] >= res["warm"][1] - 0.03, res
+    assert 0.85 <= res["warm"][1] <= 0.95 and 0.85 <= res["cold"][1] <= 0.95, res

@@ -62,7 +62,7 @@ def test_cold_start_spread_adds_the_average_posterior_variance() -> None:
     mod, index = _module(False)
     spread = level_variances(mod, index, JITTER, embedding_reg=3.0, bias_reg=2.0)
     plain = MWGPPosterior.from_module(mod, 0.0, 1.0, JITTER)
-    wider = MWGPPosterior.from_module(mod, 0.0, 1.0, JITTER, level_variances=spread)
+    wider = MWGPPosterior.from_module(mod, 0.0, 1.0, JITTER, level_variances=spread, embedding_uncertainty=False)
     for f in range(2):
         np.testing.assert_allclose((wider.emb_var[f] - plain.emb_var[f]).numpy(), spread[0][f].mean(0).numpy(),
                                    rtol=1e-10)
@@ -72,3 +72,35 @@ def test_cold_start_spread_adds_the_average_posterior_variance() -> None:
     assert (var_wider[:3] > var_plain[:3]).all()  # unseen levels: wider
     assert var_wider[3] == pytest.approx(var_plain[3], rel=1e-12)  # known pairs: unchanged
     assert math.isfinite(float(var_wider.sum()))
+
+
+def test_known_levels_add_their_estimation_variance_by_the_delta_method() -> None:
+    """Var gains J^T diag(v) J + the bias variances, J the gradient of the latent mean w.r.t. the known
+    inputs (finite differences on the posterior's own mean); unseen factors' terms are as before."""
+    mod, index = _module(True)
+    spread = level_variances(mod, index, JITTER, embedding_reg=3.0, bias_reg=2.0)
+    plain = MWGPPosterior.from_module(mod, 0.0, 1.0, JITTER, level_variances=spread, embedding_uncertainty=False)
+    own = MWGPPosterior.from_module(mod, 0.0, 1.0, JITTER, level_variances=spread)
+    pairs = np.array([[0, 1], [5, 0], [3, 2], [-1, 2], [4, -1]])
+    extra = own.predict(pairs, include_noise=False)[1] - plain.predict(pairs, include_noise=False)[1]
+    eps = 1e-6
+    for row, (u, i) in enumerate(pairs):
+        want = 0.0
+        for f, level in ((0, u), (1, i)):
+            if level < 0:
+                continue
+            table = plain.embeddings[f]
+            for d in range(R):
+                table[level, d] += eps
+                up = plain.predict(pairs[row:row + 1])[0][0]
+                table[level, d] -= 2 * eps
+                down = plain.predict(pairs[row:row + 1])[0][0]
+                table[level, d] += eps
+                want += ((up - down) / (2 * eps)) ** 2 * float(spread[0][f][level, d])
+            want += float(spread[1][f][level])
+        assert extra[row] == pytest.approx(want, rel=1e-6)
+    # saved and loaded with the model; a state without these entries predicts without them
+    again = MWGPPosterior.from_state_dict(own.state_dict())
+    np.testing.assert_array_equal(again.predict(pairs)[1], own.predict(pairs)[1])
+    old = {k: v for k, v in own.state_dict().items() if k not in ("input_var", "level_bias_var")}
+    np.testing.assert_array_equal(MWGPPosterior.from_state_dict(old).predict(pairs)[1], plain.predict(pairs)[1])
