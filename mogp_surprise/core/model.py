@@ -255,9 +255,12 @@ class MWGPModule(nn.Module):
 
 
 def implicit_graph(index: Tensor, n_levels: tuple[int, int], dtype: torch.dtype) -> tuple[Tensor, ...]:
-    """CSR matrices N_u (users x items) and N_i (items x users) with rows scaled by |row|^{-1/2}, and
-    their transposes: N_u @ Y sums, for every user, the implicit item factors of the items the user
-    rated, normalised as in SVD++. Repeated (user, item) pairs count once."""
+    """CSR matrices N_u (users x items) and N_i (items x users), and their transposes.
+
+    Every row is scaled by ``1 / sqrt(number of its entries)``, so ``N_u @ Y`` is, for every user,
+    the normalised sum of the implicit item factors of the items the user rated (as in SVD++).
+    Repeated (user, item) pairs count once.
+    """
     n_u, n_i = n_levels
     pairs = torch.unique(index[:, 0].long() * n_i + index[:, 1].long())
     users, items = pairs // n_i, pairs % n_i
