@@ -7,8 +7,8 @@ posterior is built; a pattern of several unknown factors combines them with O(m^
 Unseen levels (index -1) are integrated out: the unknown embedding is given the Gaussian that
 matches the moments of the learned embeddings of that factor (their spread plus their average
 Laplace posterior variance), its kernel factor is replaced by its closed-form expectations (psi
-statistics), and the unknown bias contributes its mean and variance (likewise). With random kernel vector k = outputscale * prod_f k_f and
-psi1 = E[k], Psi2 = E[k k^T]:
+statistics), and the unknown bias contributes its mean and variance (likewise). With random
+kernel vector k = outputscale * prod_f k_f and psi1 = E[k], Psi2 = E[k k^T]:
 
     E[f]   = psi1^T w
     Var[f] = outputscale + tr((M + w w^T) Psi2) - (psi1^T w)^2

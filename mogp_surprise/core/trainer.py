@@ -14,8 +14,8 @@ from tqdm.auto import tqdm
 from .config import MWGPConfig
 from .errors import NumericalError
 from .initialization import initialise
-from .laplace import level_variances
 from .kernels import Workspace
+from .laplace import level_variances
 from .model import MWGPModule
 from .posterior import MWGPPosterior
 
