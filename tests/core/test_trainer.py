@@ -234,3 +234,31 @@ def test_epoch_times_are_reported(fitted: FitResult) -> None:
     assert len(fitted.epoch_times) == CONFIG.n_epochs
     assert all(t > 0 for t in fitted.epoch_times)
     assert sum(fitted.epoch_times) <= fitted.fit_time
+
+
+def test_heteroscedastic_noise_recovers_who_is_noisy_and_improves_the_likelihood() -> None:
+    """Synthetic ratings whose noise std is 0.2..1.5 by a user effect plus an item effect: the learned
+    per-pair noise ranks the true noise (Spearman > 0.6) and the held-out NLL beats one scalar noise."""
+    from scipy.stats import spearmanr
+
+    from mogp_surprise.datasets import make_synthetic_ratings
+
+    df = make_synthetic_ratings(n_users=150, n_items=100, n_ratings=9000, noise_std=(0.2, 1.5), integer=False,
+                                random_state=4)
+    users, items = (df[c].str[1:].astype(int).to_numpy() for c in ("user", "item"))
+    index = np.stack([users, items], 1)
+    levels = (users.max() + 1, items.max() + 1)
+    y, true_sd = df["rating"].to_numpy(), df["noise_std"].to_numpy()
+    train, test = slice(0, 7500), slice(7500, None)
+    nll, rank = {}, {}
+    for noise in ("heteroscedastic", "homoscedastic"):
+        cfg = MWGPConfig(n_inducing=16, latent_dim=2, n_epochs=40, random_state=0, noise=noise)
+        post = fit_mwgp(index[train], y[train], levels, cfg).posterior
+        mean, var = post.predict(index[test])
+        _, latent = post.predict(index[test], include_noise=False)
+        nll[noise] = float(np.mean(0.5 * np.log(2 * np.pi * var) + (y[test] - mean) ** 2 / (2 * var)))
+        rank[noise] = spearmanr(np.sqrt(var - latent), true_sd[test]).statistic if noise == "heteroscedastic" \
+            else float(np.ptp(var - latent))
+    assert rank["heteroscedastic"] > 0.6, rank
+    assert rank["homoscedastic"] < 1e-6  # one noise variance for every pair
+    assert nll["heteroscedastic"] < nll["homoscedastic"] - 0.02, nll  # measured: 1.341 vs 1.385
