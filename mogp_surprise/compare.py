@@ -36,15 +36,13 @@ class AlgoSpec:
     make: Callable[[int, dict[str, Any]], Any]
 
 
-def _mwgp(seed: int, params: dict[str, Any]):
-    from .adapters.surprise_algo import MWGP
-    return MWGP(**{"random_state": seed, **params})
-
-
-def _mwgp_paper(seed: int, params: dict[str, Any]):
-    from .adapters.surprise_algo import MWGP
-    from .core.config import PAPER_MODEL
-    return MWGP(**{"random_state": seed, **params, **PAPER_MODEL})
+def _mwgp(paper_model: bool) -> Callable[[int, dict[str, Any]], Any]:
+    """MWGP with the comparison's ``mwgp_params``, and ``PAPER_MODEL`` on top for the paper's model."""
+    def make(seed: int, params: dict[str, Any]):
+        from .adapters.surprise_algo import MWGP
+        from .core.config import PAPER_MODEL
+        return MWGP(**{"random_state": seed, **params, **(PAPER_MODEL if paper_model else {})})
+    return make
 
 
 def _homoscedastic(factory: Callable[[int], Any]) -> Callable[[int, dict[str, Any]], Any]:
@@ -72,8 +70,8 @@ def _myfm(seed: int, params: dict[str, Any]):
 
 
 ALGORITHMS: dict[str, AlgoSpec] = {
-    "mwgp": AlgoSpec("MW-GP (ours)", "predictive", _mwgp),
-    "mwgp_paper": AlgoSpec("MW-GP, the paper's model", "predictive", _mwgp_paper),
+    "mwgp": AlgoSpec("MW-GP (ours)", "predictive", _mwgp(paper_model=False)),
+    "mwgp_paper": AlgoSpec("MW-GP, the paper's model", "predictive", _mwgp(paper_model=True)),
     "svd": AlgoSpec("BiasedMF (Surprise SVD)", "homoscedastic", _homoscedastic(_svd(None))),
     "svd8": AlgoSpec("BiasedMF r=8 (SVD n_factors=8)", "homoscedastic", _homoscedastic(_svd(8))),
     "svdpp": AlgoSpec("SVD++ (Surprise SVDpp)", "homoscedastic", _homoscedastic(_svdpp)),
@@ -185,8 +183,9 @@ def reuse_results(result: CompareResult, previous_dir: str | Path, algos: Sequen
     """Add the per-fold results of ``algos`` from an earlier :func:`write_results` folder to ``result``.
 
     For adding or re-running one algorithm without re-fitting slow baselines (SVD++ takes minutes
-    per ML-1M fold). The earlier run must have used the same folds: same number of folds and seed
-    (checked), on the same data set (the caller's responsibility, stated in the written settings).
+    per ML-1M fold). The earlier run must have used the same folds: the same number of folds and
+    seed, and the same number of test ratings in every fold (all checked; a different data set
+    almost always differs there).
     """
     curves, _, calib, meta = load_results(previous_dir)
     folds = pd.read_csv(Path(previous_dir) / "folds.csv")
@@ -195,6 +194,11 @@ def reuse_results(result: CompareResult, previous_dir: str | Path, algos: Sequen
         if old.get(key) != result.settings[key]:
             raise ValueError(f"cannot reuse {previous_dir}: it was run with {key}={old.get(key)!r}, "
                              f"this comparison with {key}={result.settings[key]!r} (the folds would differ)")
+    sizes_now = result.folds.groupby("fold")["n_test"].first().to_dict()
+    sizes_then = folds.groupby("fold")["n_test"].first().to_dict()
+    if sizes_now != sizes_then:
+        raise ValueError(f"cannot reuse {previous_dir}: its folds hold {sizes_then} test ratings, this "
+                         f"comparison's {sizes_now} (another data set or split)")
     missing = [a for a in algos if a not in set(folds["algo"])]
     if missing:
         raise ValueError(f"cannot reuse {missing} from {previous_dir}: it holds {sorted(set(folds['algo']))}")

@@ -172,3 +172,15 @@ def test_reuse_takes_earlier_per_fold_results_on_the_same_folds(synthetic_data, 
         reuse_results(other_seed, tmp_path / "first", ["mwgp_paper"])
     with pytest.raises(ValueError, match="holds"):
         reuse_results(second, tmp_path / "first", ["svdpp"])
+
+
+def test_reuse_refuses_results_of_another_data_set(synthetic_data, tmp_path):
+    from mogp_surprise.compare import reuse_results
+    from mogp_surprise.datasets import to_surprise_dataset
+
+    extra = {"rec_a": AlgoSpec("A", "predictive", lambda seed, p: _Recorder())}
+    write_results(compare(synthetic_data, algos=["rec_a"], n_folds=2, extra_algos=extra), tmp_path / "first")
+    smaller = make_synthetic_ratings(n_users=60, n_items=40, n_ratings=800, random_state=1)
+    other = to_surprise_dataset(smaller[["user", "item", "rating"]], rating_scale=(1, 5))
+    with pytest.raises(ValueError, match="test ratings"):
+        reuse_results(compare(other, algos=["rec_a"], n_folds=2, extra_algos=extra), tmp_path / "first", ["rec_a"])

@@ -28,7 +28,7 @@ from .model import MWGPModule
 def level_variances(module: MWGPModule, index: Tensor, jitter: float, embedding_reg: float, bias_reg: float,
                     chunk_size: int = 65536) -> tuple[list[Tensor], list[Tensor]]:
     """Diagonal posterior variances of every level's GP input, (n_levels_f, r) per factor, and of its
-    bias, (n_levels_f,) per factor (precision bias_reg + sum_n lambda_n)."""
+    bias, (n_levels_f,) per factor (precision bias_reg + sum_n lambda_n; zeros without biases)."""
     terms = module.whitened_terms(jitter)
     tables = module.factor_tables()
     z, ls, s = module.inducing, module.lengthscale(), module.outputscale()
@@ -49,4 +49,5 @@ def level_variances(module: MWGPModule, index: Tensor, jitter: float, embedding_
     # without a prior (reg = 0) a level with no curvature would get an infinite variance: report 0
     # (no correction) rather than let one such level swamp the average
     return ([1.0 / (p + embedding_reg) if embedding_reg > 0 else torch.zeros_like(p) for p in prec],
-            [1.0 / (p + bias_reg) if bias_reg > 0 else torch.zeros_like(p) for p in bias_prec])
+            [1.0 / (p + bias_reg) if bias_reg > 0 and module.use_biases else torch.zeros_like(p)
+             for p in bias_prec])

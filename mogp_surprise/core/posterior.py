@@ -102,8 +102,7 @@ class MWGPPosterior:
         if level_variances is not None:
             input_var, level_bias_var = level_variances
             emb_var = emb_var + torch.stack([v.to(**f64).mean(0) for v in input_var]).to(z.device)
-            if module.use_biases:
-                bias_var = bias_var + torch.stack([v.to(**f64).mean() for v in level_bias_var])
+            bias_var = bias_var + torch.stack([v.to(**f64).mean() for v in level_bias_var])
         # expectations of each factor's kernel under its cold-start distribution
         psi = [rbf_expectations(emb_mean[f], emb_var[f], z[:, f * r:(f + 1) * r], ls[f * r:(f + 1) * r])
                for f in range(len(emb))]
@@ -113,8 +112,8 @@ class MWGPPosterior:
             noise_scales = [torch.exp(m.detach().to(**f64) + 0.5 * torch.exp(lv.detach().to(**f64)))
                             for m, lv in zip(module.noise_offset_mean, module.noise_offset_logvar)]
             noise_scale_unseen = torch.stack([s.mean() for s in noise_scales])
-        else:
-            noise_scales = [torch.ones(n, **f64, device=z.device) for n in module.n_levels]
+        else:  # None: every level's factor is 1
+            noise_scales = None
             noise_scale_unseen = torch.ones(len(module.n_levels), **f64, device=z.device)
         tensors = {
             "noise_scale_unseen": noise_scale_unseen,
@@ -125,9 +124,7 @@ class MWGPPosterior:
         }
         own = None
         if level_variances is not None and embedding_uncertainty:
-            own = ([v.detach().to(**f64) for v in level_variances[0]],
-                   [v.detach().to(**f64) if module.use_biases else torch.zeros_like(v, **f64)
-                    for v in level_variances[1]])
+            own = tuple([v.detach().to(**f64) for v in part] for part in level_variances)
         post = cls(tensors, emb, biases, rating_mean, rating_std, chunk_size, noise_scales, own)
         return post.to(dtype=dtype)
 
@@ -187,7 +184,7 @@ class MWGPPosterior:
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> "MWGPPosterior":
         state = dict(state)
-        if "noise_scale_unseen" not in state and "noise_scales" not in state and "embeddings" in state:
+        if "noise_scale_unseen" not in state and "embeddings" in state:
             # written before per-level noise existed: a homoscedastic model
             state["noise_scale_unseen"] = torch.ones(len(state["embeddings"]), dtype=state["embeddings"][0].dtype)
         missing = [k for k in (*_TENSORS, "embeddings", "biases", "rating_mean", "rating_std")
