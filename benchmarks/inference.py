@@ -30,7 +30,7 @@ def main(argv=None) -> dict:
     if a.quick:
         a.n_train, a.n_pairs, a.n_large = 20_000, 20_000, 200_000
     index, y, n_levels = synthetic_index(a.n_train, 6040, 3706)
-    post = fit_mwgp(index, y, n_levels, MWGPConfig(n_epochs=2, random_state=0)).posterior
+    post = fit_mwgp(index, y, n_levels, MWGPConfig(n_epochs=2, random_state=0, early_stopping=False)).posterior
     rng = np.random.default_rng(1)
     pairs = np.stack([rng.integers(0, n_levels[0], a.n_pairs), rng.integers(0, n_levels[1], a.n_pairs)], 1)
     t_pairs = best_of(lambda: post.predict(pairs), repeat=5)

@@ -30,6 +30,7 @@ def main() -> None:
     else:
         data = load_or_synthesize(args.dataset)
         result = compare(data.surprise_dataset(), algos=args.algos, n_folds=args.folds, progress=True)
+    print("data:", data.describe())
     paths = write_results(result, args.out, title=f"{data.name}, {result.settings['n_folds']}-fold CV")
     print(result.markdown())
     print("written:", *paths.values(), sep="\n  ")

@@ -30,6 +30,7 @@ def main() -> None:
     args = parser.parse_args()
 
     data = synthetic(3000) if args.smoke else load_or_synthesize("ml-100k")
+    print("data:", data.describe())
     trainset, testset = train_test_split(data.surprise_dataset(), test_size=0.2, random_state=0)
     models = {"MW-GP": MWGP(random_state=0, **({"n_epochs": 2} if args.smoke else {}))}
     svd = HomoscedasticBaseline(SVD(random_state=0)).fit(trainset)

@@ -22,7 +22,7 @@ def main() -> None:
     args = parser.parse_args()
 
     data = synthetic(3000) if args.smoke else load_or_synthesize("ml-100k")
-    print("data:", data.source)
+    print("data:", data.describe())
     df = data.ratings
     X_train, X_test, y_train, y_test = train_test_split(df[["user", "item"]], df["rating"], test_size=0.2,
                                                         random_state=0)

@@ -20,7 +20,7 @@ def main() -> None:
     args = parser.parse_args()
 
     data = synthetic(3000) if args.smoke else load_or_synthesize("ml-100k")
-    print("data:", data.source)
+    print("data:", data.describe())
     dataset = data.surprise_dataset()
     grid = ({"n_inducing": [8, 16], "n_epochs": [2], "random_state": [0]} if args.smoke else
             {"n_inducing": [64, 128], "latent_dim": [4, 8], "random_state": [0]})

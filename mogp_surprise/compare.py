@@ -244,8 +244,9 @@ def summary_markdown(summary: pd.DataFrame, settings: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_results(result: CompareResult, out_dir: str | Path, title: str = "") -> dict[str, Path]:
-    """Save table.md/.csv, folds.csv, curves.csv, calibration.csv, results.json and PNG plots."""
+def write_results(result: CompareResult, out_dir: str | Path, title: str = "", plots: bool = True) -> dict[str, Path]:
+    """Save table.md/.csv, folds.csv, curves.csv, calibration.csv, results.json and (``plots``) the PNG
+    plots of :func:`plot_results`, which need matplotlib."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"table_md": out / "table.md", "table_csv": out / "table.csv", "folds_csv": out / "folds.csv",
@@ -260,7 +261,8 @@ def write_results(result: CompareResult, out_dir: str | Path, title: str = "") -
     calib.to_csv(paths["calibration_csv"], index=False)
     paths["json"].write_text(json.dumps({"title": title, "settings": result.settings,
                                          "summary": summary.to_dict(orient="records")}, indent=2, default=str))
-    paths.update(plot_results(out, title=title))
+    if plots:
+        paths.update(plot_results(out, title=title))
     return paths
 
 

@@ -1,7 +1,6 @@
 """End-to-end experiments shared by the CLI and the examples (no printing here)."""
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,6 @@ import pandas as pd
 from .datasets import load_ratings, make_synthetic_ratings, to_surprise_dataset
 from .datasets.loaders import DATASETS
 
-logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -24,6 +22,13 @@ class LoadedData:
     rating_scale: tuple[float, float]
     source: str
     synthetic: bool = False
+    reason: str = ""  # for synthetic stand-ins: why the real data could not be loaded (where we looked)
+
+    def describe(self) -> str:
+        """Where the ratings come from; for a synthetic stand-in also why the real data were not loaded."""
+        if self.synthetic and self.reason:
+            return f"{self.source} (not MovieLens: {self.reason})"
+        return self.source
 
     def surprise_dataset(self):
         return to_surprise_dataset(self.ratings[["user", "item", "rating"]], rating_scale=self.rating_scale)
@@ -34,8 +39,7 @@ def synthetic(n_ratings: int = 100_000, random_state: int = 0, reason: str = "")
     n_users = max(20, int(round((n_ratings / 100) ** 0.5 * 30)))
     n_items = max(20, int(round(n_users * 1.7)))
     df = make_synthetic_ratings(n_users=n_users, n_items=n_items, n_ratings=n_ratings, random_state=random_state)
-    source = f"SYNTHETIC ratings ({len(df):,})" + (f"; {reason}" if reason else "")
-    return LoadedData("synthetic", df, (1, 5), source, synthetic=True)
+    return LoadedData("synthetic", df, (1, 5), f"SYNTHETIC ratings ({len(df):,})", synthetic=True, reason=reason)
 
 
 def load_or_synthesize(name: str = "ml-100k", data_dir: str | Path | None = None, download: bool = True,
@@ -43,15 +47,14 @@ def load_or_synthesize(name: str = "ml-100k", data_dir: str | Path | None = None
     """Load a data set from ``data_dir``/``MOGP_DATA``/Surprise's cache/its downloader.
 
     When all of these fail (e.g. offline with no data), fall back to seeded synthetic ratings of
-    about the same size and say so in ``source``.
+    about the same size, marked ``synthetic`` with the loader's message (every place looked at,
+    how to get the data) in ``reason``; the caller says so once.
     """
     try:
         df = load_ratings(name, data_dir=data_dir, download=download)
         return LoadedData(name, df, DATASETS[name].rating_scale, f"{name} ({len(df):,} ratings)")
     except (FileNotFoundError, OSError) as exc:
-        logger.warning("could not load %s (%s); using synthetic data instead", name, exc)
-        reason = str(exc).splitlines()[0]
-        return synthetic(synthetic_size, random_state, reason=f"{name} not available: {reason}")
+        return synthetic(synthetic_size, random_state, reason=str(exc))
 
 
 @dataclass

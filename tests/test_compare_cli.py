@@ -84,7 +84,7 @@ def test_write_load_and_replot(synthetic_data, tmp_path):
 
 
 def test_myfm_baseline_if_installed(synthetic_data):
-    pytest.importorskip("myfm", reason="myFM is optional (pip install mogp-surprise[myfm])")
+    pytest.importorskip("myfm", reason="myFM is optional (pip install -e '.[myfm]')")
     result = compare(synthetic_data, algos=["myfm"], n_folds=2)
     row = result.summary().iloc[0]
     assert row["uncertainty"] == "predictive" and 0.1 < row["sharpness_mean"] < 2.0
@@ -142,7 +142,7 @@ def test_examples_run_in_smoke_mode(script, tmp_path, monkeypatch):
         cmd += ["--out", str(tmp_path / ("res" if script.startswith("compare") else "qp.png"))]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip()
+    assert "data: SYNTHETIC ratings" in proc.stdout  # the examples say when they run on synthetic data
 
 
 def test_reuse_takes_earlier_per_fold_results_on_the_same_folds(synthetic_data, tmp_path):
@@ -184,3 +184,52 @@ def test_reuse_refuses_results_of_another_data_set(synthetic_data, tmp_path):
     other = to_surprise_dataset(smaller[["user", "item", "rating"]], rating_scale=(1, 5))
     with pytest.raises(ValueError, match="test ratings"):
         reuse_results(compare(other, algos=["rec_a"], n_folds=2, extra_algos=extra), tmp_path / "first", ["rec_a"])
+
+
+def test_demo_without_data_says_once_where_it_looked(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("MOGP_DATA", raising=False)
+    monkeypatch.setenv("SURPRISE_DATA_FOLDER", str(tmp_path / "empty_cache"))
+    nothing = tmp_path / "nothing"
+    assert main(["demo", "--data-dir", str(nothing), "--quick", "--no-download"]) == 0
+    captured = capsys.readouterr()
+    printed = captured.out + captured.err
+    assert printed.count("Looked at") == 1 and printed.count("not found") == 1
+    assert str(nothing / "ml-100k" / "u.data") in printed and str(tmp_path / "empty_cache") in printed
+    assert "MOGP_DATA" in printed and "SYNTHETIC" in printed
+
+
+def test_compare_without_matplotlib_prints_the_table_and_skips_the_plots(tiny_ml100k, tmp_path, capsys,
+                                                                        monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now fails
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
+    out = tmp_path / "res"
+    rc = main(["compare", "--dataset", "ml-100k", "--data-dir", str(tiny_ml100k), "--folds", "2",
+               "--algos", "svd", "--out", str(out), "--no-progress"])
+    printed = capsys.readouterr().out
+    assert rc == 0
+    assert "RMSE q=100%" in printed and printed.count("Plots skipped: matplotlib is not installed") == 1
+    assert printed.index("RMSE q=100%") < printed.index("Plots skipped")
+    assert (out / "table.md").exists() and not (out / "qp_rmse.png").exists()
+    assert main(["qp-plot", str(out)]) == 2
+    assert "matplotlib is not installed" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["demo", "compare", "qp-plot"])
+def test_every_help_states_the_defaults(command, capsys):
+    from mogp_surprise.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices[command]
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    options = [a for a in sub._actions if a.option_strings and a.dest != "help"]
+    assert options
+    for action in options:
+        assert action.help, f"{action.option_strings} has no help"
+    assert text.count("(default:") == len(options)
+
+
+def test_cli_output_folder_is_ignored_by_git():
+    ignored = (REPO / ".gitignore").read_text().split()
+    assert "/results/" in ignored  # `mogp-surprise compare` writes to results/ by default

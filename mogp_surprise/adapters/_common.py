@@ -4,7 +4,8 @@ from __future__ import annotations
 import inspect
 import numbers
 import warnings
-from typing import Any, Sequence
+import weakref
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -13,8 +14,9 @@ from ..core.config import MWGPConfig
 from ..core.errors import NotFittedError
 from ..core.posterior import MWGPPosterior
 
-# the numpydoc Parameters block of MWGPConfig, first-line indent removed so that it can follow "    " in an f-string
-_PARAM_DOC = MWGPConfig.__doc__.split("Parameters\n    ----------\n", 1)[1].lstrip(" ").rstrip() + "\n"
+# the numpydoc Parameters block of MWGPConfig, first-line indent removed so that it can follow "    " in an
+# f-string (empty under ``python -OO``, which strips every docstring)
+_PARAM_DOC = (MWGPConfig.__doc__ or "").partition("Parameters\n    ----------\n")[2].lstrip(" ").rstrip() + "\n"
 
 
 class HyperParamsMixin:
@@ -47,12 +49,15 @@ class HyperParamsMixin:
 
 
 class IdEncoder:
-    """Maps raw ids of one factor (ints, strings, ...) to inner indices 0..n-1; unknown -> -1."""
+    """Maps raw ids of one factor (ints, strings, any hashable) to inner indices 0..n-1; unknown -> -1.
+
+    Ids are labels matched by value *and* type, as in Surprise: ``196`` and ``"196"`` are two
+    different ids (see :func:`warn_id_twins` for the warning when that is likely a mix-up).
+    """
 
     def __init__(self, name: str, classes: Sequence[Any] | np.ndarray) -> None:
         self.name = name
         self.classes_ = pd.Index(_as_object(classes)) if len(classes) else pd.Index([])
-        self.kind = _id_kind(self.classes_[0]) if len(self.classes_) else None
 
     @classmethod
     def fit(cls, name: str, values: Sequence[Any] | np.ndarray) -> tuple["IdEncoder", np.ndarray]:
@@ -64,16 +69,11 @@ class IdEncoder:
     def n_levels(self) -> int:
         return len(self.classes_)
 
-    def kind_mismatch(self, values: np.ndarray) -> str | None:
-        """A description when ids at predict time have another type than in fit (e.g. '12' vs 12), else None."""
-        if len(values) and self.kind is not None:
-            kind = _id_kind(np.asarray(values)[0])
-            if kind != self.kind:
-                return f"{self.name!r} holds {kind} ids but was fitted on {self.kind} ids"
-        return None
-
     def transform(self, values: Sequence[Any] | np.ndarray) -> np.ndarray:
         return self.classes_.get_indexer(pd.Index(_as_object(values))).astype(np.int64)
+
+    def __contains__(self, value: Any) -> bool:
+        return value in self.classes_
 
 
 def _as_object(values) -> np.ndarray:
@@ -82,7 +82,7 @@ def _as_object(values) -> np.ndarray:
 
 
 def check_id_column(name: str, values: np.ndarray) -> None:
-    """Raise if an id column holds missing values or a mix of numbers and strings."""
+    """Raise if an id column holds missing values; warn if it holds both 196 and '196'."""
     values = np.asarray(values)
     if values.dtype.kind == "f":
         bad = ~np.isfinite(values)
@@ -98,20 +98,71 @@ def check_id_column(name: str, values: np.ndarray) -> None:
         pos = int(np.flatnonzero(missing)[0])
         raise ValueError(f"id column {name!r} must not contain None/NaN; found {int(missing.sum())} "
                          f"(first at row {pos}: {values[pos]!r})")
-    kinds = {_id_kind(v) for v in values[: min(len(values), 1_000_000)]}
-    if len(kinds) > 1:
-        raise TypeError(f"id column {name!r} mixes id types {sorted(kinds)}; use one type per column "
-                        "(e.g. convert all ids with str())")
+    distinct = pd.unique(values)
+    strings = [v for v in distinct if isinstance(v, str)]
+    if strings and len(strings) < len(distinct):  # a mix of str and other ids: fine unless two spell the same id
+        present = set(distinct.tolist())
+        for value in strings:
+            twin = id_twin(value)
+            if twin is not None and twin in present:
+                warnings.warn(f"id column {name!r} holds both {twin!r} and {value!r}; ids are matched by value and "
+                              "type, so these are two different levels. Convert the ids to one type (e.g. "
+                              "with str()) if they mean the same one.", UserWarning, stacklevel=4)
+                break
 
 
-def _id_kind(value: Any) -> str:
+def id_twin(value: Any) -> Any:
+    """The same id spelt with the other type: ``"196"`` for ``196``, ``196`` for ``"196"``; else None."""
     if isinstance(value, str):
-        return "str"
+        text = value.strip()
+        if text.lstrip("-").isdecimal():
+            return int(text)
+        return None
     if isinstance(value, (bool, np.bool_)):
-        return "bool"
-    if isinstance(value, numbers.Number) or isinstance(value, np.number):
-        return "number"
-    return type(value).__name__
+        return None
+    if isinstance(value, (numbers.Integral, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        return str(int(value))
+    return None
+
+
+# fitted models (their posteriors) that already warned about an id mix-up, per factor name
+_TWIN_WARNED: "weakref.WeakKeyDictionary[MWGPPosterior, set[str]]" = weakref.WeakKeyDictionary()
+_MAX_TWIN_CHECKS = 10_000
+
+
+def warn_id_twins(posterior: MWGPPosterior, name: str, values: Sequence[Any], codes: np.ndarray,
+                  known: Callable[[Any], bool]) -> None:
+    """Warn once per fitted model and factor when an unseen id is a known id spelt with another type.
+
+    ``Dataset.load_builtin("ml-100k")`` holds raw ids as strings, so ``predict(196, 242)`` would
+    silently give a cold-start answer for a user and item that are in the data; this names it.
+    """
+    if name in _TWIN_WARNED.get(posterior, ()):
+        return
+    unknown = np.flatnonzero(np.asarray(codes) < 0)
+    if not unknown.size:
+        return
+    seen: set = set()
+    for pos in unknown:
+        value = values[pos]
+        key = (type(value), value)
+        if key in seen:
+            continue
+        seen.add(key)
+        twin = id_twin(value)
+        if twin is not None and known(twin):
+            n_twins = int(sum(1 for p in unknown if (t := id_twin(values[p])) is not None and known(t)))
+            warnings.warn(
+                f"{name} id {value!r} ({type(value).__name__}) is not in the training data, but {twin!r} "
+                f"({type(twin).__name__}) is: ids are matched by value and type, and Surprise's built-in and "
+                f"file data sets hold raw ids as strings. {n_twins} {name} id(s) like this get the cold-start "
+                f"(unseen {name}) answer; pass ids of the type used in training.", UserWarning, stacklevel=4)
+            _TWIN_WARNED.setdefault(posterior, set()).add(name)
+            return
+        if len(seen) >= _MAX_TWIN_CHECKS:
+            return
 
 
 def require_fitted(obj: Any, attribute: str = "posterior_") -> MWGPPosterior:

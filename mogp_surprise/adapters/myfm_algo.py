@@ -1,6 +1,6 @@
 """myFM's Bayesian factorisation machine as a Surprise algorithm with a predictive distribution.
 
-Optional: needs ``pip install mogp-surprise[myfm]`` (myFM currently imports ``pkg_resources``,
+Optional: needs myFM (``pip install -e '.[myfm]'`` from a checkout, or ``pip install myfm``) (myFM currently imports ``pkg_resources``,
 hence ``setuptools<81``). The model is a rank-r FM on one-hot user and item ids, fitted by Gibbs
 sampling; the predictive mean and variance are taken over the kept samples, and the observation
 noise of each sample (1 / alpha) is added to the variance.
@@ -56,7 +56,8 @@ class MyFMBaseline(AlgoBase):
 
     def fit(self, trainset: Trainset) -> "MyFMBaseline":
         if not myfm_available():
-            raise ImportError("MyFMBaseline needs the optional package myFM: pip install 'mogp-surprise[myfm]'")
+            raise ImportError("MyFMBaseline needs the optional package myFM: from a checkout of mogp_surprise run "
+                              "`pip install -e '.[myfm]'` (or `pip install myfm 'setuptools<81'`)")
         if not 1 <= self.n_kept_samples <= self.n_iter:
             raise ValueError(f"`n_kept_samples` must lie in [1, n_iter={self.n_iter}], got {self.n_kept_samples}")
         with warnings.catch_warnings():

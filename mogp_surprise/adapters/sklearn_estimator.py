@@ -12,7 +12,7 @@ from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.validation import check_is_fitted
 
 from ..core.trainer import fit_mwgp
-from ._common import PARAMS_DOC, HyperParamsMixin, IdEncoder, check_id_column, recommend_frame
+from ._common import PARAMS_DOC, HyperParamsMixin, IdEncoder, check_id_column, recommend_frame, warn_id_twins
 from .persistence import load_model, save_model
 
 class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
@@ -73,11 +73,7 @@ class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
         check_is_fitted(self, "posterior_")
         columns, names = _split_columns(X, expected=self.n_features_in_)
         self._check_names(names)
-        mismatched = [m for m in (enc.kind_mismatch(col) for enc, col in zip(self.encoders_, columns)) if m]
-        if mismatched:
-            warnings.warn(f"id column {'; '.join(mismatched)}: ids of another type are all treated as unseen (cold "
-                          "start). Convert them to the fitted type.", UserWarning, stacklevel=2)
-        index = np.stack([enc.transform(col) for enc, col in zip(self.encoders_, columns)], axis=1)
+        index = np.stack([self._encode(enc, col) for enc, col in zip(self.encoders_, columns)], axis=1)
         return self.posterior_.predict(index.reshape(-1, self.n_features_in_), include_noise=include_noise)
 
     def predict(self, X: Any, return_std: bool = False):
@@ -100,7 +96,7 @@ class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
         if self.n_features_in_ != 2:
             raise ValueError(f"recommend needs a (user, item) model; this one has {self.n_features_in_} id columns")
         users = list(users)
-        inner = self.encoders_[0].transform(np.asarray(users, dtype=object))
+        inner = self._encode(self.encoders_[0], np.asarray(users, dtype=object))
         exclude = None
         if exclude_rated:
             indptr, items = self._rated
@@ -127,6 +123,12 @@ class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
             est.feature_names_in_ = np.asarray(st["feature_names_in"], dtype=object)
         est._rated = None if st["rated"] is None else tuple(t.numpy() for t in st["rated"])
         return est
+
+    def _encode(self, encoder: IdEncoder, values: np.ndarray) -> np.ndarray:
+        """Inner indices of one id column, -1 for unseen ids (warns once when 196 was meant as '196')."""
+        codes = encoder.transform(values)
+        warn_id_twins(self.posterior_, encoder.name, values, codes, encoder.__contains__)
+        return codes
 
     def _check_names(self, names: list[str] | None) -> None:
         fitted = getattr(self, "feature_names_in_", None)

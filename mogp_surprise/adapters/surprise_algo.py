@@ -10,7 +10,8 @@ from surprise import AlgoBase, Prediction, Trainset
 
 from ..core.config import MWGPConfig
 from ..core.trainer import fit_mwgp
-from ._common import PARAMS_DOC, HyperParamsMixin, check_id_column, recommend_frame, require_fitted
+from ._common import (PARAMS_DOC, HyperParamsMixin, check_id_column, recommend_frame, require_fitted,
+                      warn_id_twins)
 from .persistence import load_model, save_model
 
 _UNKNOWN_PREFIX = "UKN__"
@@ -106,9 +107,16 @@ class MWGP(HyperParamsMixin, AlgoBase):
 
     def predict(self, uid: Any, iid: Any, r_ui: float | None = None, clip: bool = True,
                 verbose: bool = False) -> Prediction:
-        """Surprise's ``AlgoBase.predict`` (raw ids); raises ``NotFittedError`` before ``fit``."""
-        require_fitted(self)
-        return AlgoBase.predict(self, uid, iid, r_ui, clip, verbose)
+        """Surprise's ``AlgoBase.predict`` for raw ids; exactly the prediction :meth:`test` gives the pair.
+
+        ``details`` holds ``var`` and ``std`` (of the unclipped predictive distribution),
+        ``was_impossible`` (always False: an unseen user or item gets the cold-start answer) and
+        ``unknown_user`` / ``unknown_item``, True where that id was not in the training data. An id
+        that is unknown but known with another type (``196`` where training had ``"196"``) also
+        raises a one-time ``UserWarning``. ``verbose=True`` prints the prediction, as Surprise does.
+        Raises ``NotFittedError`` before ``fit``.
+        """
+        return self._predictions([(uid, iid, r_ui)], clip, verbose)[0]
 
     # -- Surprise's per-pair contract ------------------------------------------------------------
     def estimate(self, u: int | str, i: int | str) -> tuple[float, dict[str, float]]:
@@ -122,17 +130,25 @@ class MWGP(HyperParamsMixin, AlgoBase):
     def test(self, testset: Sequence[tuple[Any, Any, float]], verbose: bool = False) -> list[Prediction]:
         """Predictions for a whole testset in one pass; same output as ``AlgoBase.test``.
 
-        Estimates are clipped to the rating scale as Surprise does; ``details`` holds ``var``,
-        ``std`` (of the unclipped predictive distribution) and ``was_impossible`` (always False).
-        ``verbose`` is accepted for compatibility and ignored: library code does not print.
+        Estimates are clipped to the rating scale as Surprise does; ``details`` as in
+        :meth:`predict` (each pair's prediction is exactly what :meth:`predict` returns for it).
+        ``verbose=True`` prints every prediction, as ``AlgoBase.test`` does.
         """
-        testset = list(testset)
-        mean, var = self._predict_raw([t[0] for t in testset], [t[1] for t in testset])
+        return self._predictions(list(testset), True, verbose)
+
+    def _predictions(self, testset: list, clip: bool, verbose: bool) -> list[Prediction]:
+        index = self._inner_index([t[0] for t in testset], [t[1] for t in testset])
+        mean, var = require_fitted(self).predict(index)
         low, high = self.trainset.rating_scale
-        est = np.clip(mean, low, high)
+        est = np.clip(mean, low, high) if clip else mean
         std = np.sqrt(var)
-        return [Prediction(uid, iid, r_ui, float(e), {"var": float(v), "std": float(s), "was_impossible": False})
-                for (uid, iid, r_ui), e, v, s in zip(testset, est, var, std)]
+        preds = [Prediction(uid, iid, r_ui, float(e), {"var": float(v), "std": float(s), "was_impossible": False,
+                                                       "unknown_user": bool(u < 0), "unknown_item": bool(i < 0)})
+                 for (uid, iid, r_ui), e, v, s, (u, i) in zip(testset, est, var, std, index.tolist())]
+        if verbose:
+            for pred in preds:
+                print(pred)
+        return preds
 
     def predict_dist(self, uid: Any, iid: Any = None, include_noise: bool = True):
         """Predictive mean and variance of the rating for raw ids (mean not clipped).
@@ -190,7 +206,7 @@ class MWGP(HyperParamsMixin, AlgoBase):
         post = require_fitted(self)
         ts = self.trainset
         uids = list(uids)
-        inner = np.array([ts._raw2inner_id_users.get(u, -1) for u in uids], dtype=np.int64)
+        inner = self._inner_ids("user", uids)
         exclude = None
         if exclude_rated:
             exclude = [np.array([i for i, _ in ts.ur[u]], dtype=np.int64) if u >= 0 else np.empty(0, np.int64)
@@ -199,13 +215,19 @@ class MWGP(HyperParamsMixin, AlgoBase):
         return recommend_frame(post, uids, inner, raw_items, exclude, n, strategy, kappa)
 
     def _predict_raw(self, users: list, items: list, include_noise: bool = True):
-        post = require_fitted(self)
-        ts = self.trainset
-        u_map, i_map = ts._raw2inner_id_users, ts._raw2inner_id_items
-        index = np.empty((len(users), 2), dtype=np.int64)
-        index[:, 0] = [u_map.get(u, -1) for u in users]
-        index[:, 1] = [i_map.get(i, -1) for i in items]
-        return post.predict(index, include_noise=include_noise)
+        index = self._inner_index(users, items)
+        return require_fitted(self).predict(index, include_noise=include_noise)
+
+    def _inner_index(self, users: list, items: list) -> np.ndarray:
+        """(n, 2) inner indices of raw ids, -1 for ids not in the training data (warns on 196 vs '196')."""
+        require_fitted(self)
+        return np.stack([self._inner_ids("user", users), self._inner_ids("item", items)], axis=1).reshape(-1, 2)
+
+    def _inner_ids(self, name: str, raw: list) -> np.ndarray:
+        mapping = self.trainset._raw2inner_id_users if name == "user" else self.trainset._raw2inner_id_items
+        codes = np.array([mapping.get(x, -1) for x in raw], dtype=np.int64)
+        warn_id_twins(require_fitted(self), name, raw, codes, mapping.__contains__)
+        return codes
 
 
 def _inner_or_unknown(x: int | str) -> int:

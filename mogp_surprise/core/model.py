@@ -168,9 +168,10 @@ class MWGPModule(nn.Module):
                                   jitter, what="K_mm (inducing-point covariance)")
         return WhitenedTerms(w=w, M=M, kl=kl)
 
-    def latent_moments(self, index: Tensor, terms: WhitenedTerms) -> tuple[Tensor, Tensor]:
+    def latent_moments(self, index: Tensor, terms: WhitenedTerms,
+                       tables: list[Tensor] | None = None) -> tuple[Tensor, Tensor]:
         """Mean (mean function included) and variance of f at index tuples under q."""
-        knm = paired_kernel(self.features(index), self.inducing, self.lengthscale(), self.outputscale())
+        knm = paired_kernel(self.features(index, tables), self.inducing, self.lengthscale(), self.outputscale())
         mean = self.prior_mean(index) + knm @ terms.w
         var = self.outputscale() + ((knm @ terms.M) * knm).sum(-1)
         return mean, var

@@ -12,10 +12,14 @@ kernel vector k = outputscale * prod_f k_f and psi1 = E[k], Psi2 = E[k k^T]:
 
     E[f]   = psi1^T w
     Var[f] = outputscale + tr((M + w w^T) Psi2) - (psi1^T w)^2
+
+Fold-in (:mod:`.foldin`) needs a few more fitted quantities than prediction: the priors, the item
+implicit factors and every level's q(s). ``from_module`` keeps them in :attr:`MWGPPosterior.foldin`;
+:meth:`MWGPPosterior.with_extra_users` appends folded-in users as new user rows.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import torch
@@ -24,6 +28,12 @@ from torch import Tensor
 from .kernels import cross_kernel, rbf, rbf_expectations
 from .linalg import safe_cholesky
 from .model import MWGPModule
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .foldin import FoldedUser
+
+# rows per block of every prediction GEMM (see MWGPPosterior._latent_pattern)
+_ROW_BLOCK = 64
 
 # tensors that make up a posterior, in the order they are saved
 _TENSORS = ("inducing", "lengthscale", "outputscale", "noise", "global_mean", "w", "M",
@@ -35,12 +45,25 @@ class MWGPPosterior:
 
     Build it with :meth:`from_module`; it is immutable afterwards. ``predict`` accepts an
     integer array of shape (n, F) of inner indices where -1 marks a level unseen in training.
+
+    Attributes
+    ----------
+    foldin : dict or None
+        What fold-in (:func:`mogp_surprise.core.foldin.fold_in`) needs besides the prediction
+        tensors (``None`` for a state saved before fold-in existed): ``embedding_reg`` and ``bias_reg`` (the priors' precisions;
+        ``None`` when ``from_module`` was not given them), ``use_biases``, ``heteroscedastic``,
+        ``implicit`` (bools), ``item_implicit`` (the items' implicit factors y_j, (n_items, r), or
+        ``None``), ``noise_offset_mean`` and ``noise_offset_logvar`` (every level's q(s), one tensor
+        per factor; empty lists when homoscedastic) and ``noise_prior_logvar`` (log tau_f, (F,)).
+    cold_users : bool Tensor of shape (n_users,) or None
+        User rows predicted exactly as an unseen user (index -1): folded-in users with 0 ratings.
     """
 
     def __init__(self, tensors: dict[str, Any], embeddings: list[Tensor], biases: list[Tensor],
                  rating_mean: float, rating_std: float, chunk_size: int = 65536,
                  noise_scales: list[Tensor] | None = None,
-                 level_variances: tuple[list[Tensor], list[Tensor]] | None = None) -> None:
+                 level_variances: tuple[list[Tensor], list[Tensor]] | None = None,
+                 foldin: dict[str, Any] | None = None, cold_users: Tensor | None = None) -> None:
         for name in _TENSORS:
             setattr(self, name, tensors[name])
         self.embeddings = list(embeddings)
@@ -55,6 +78,8 @@ class MWGPPosterior:
         self.rating_mean = float(rating_mean)
         self.rating_std = float(rating_std)
         self.chunk_size = _check_chunk_size(chunk_size)
+        self.foldin = dict(foldin) if foldin is not None else None
+        self.cold_users = cold_users if cold_users is not None and bool(cold_users.any()) else None
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
@@ -62,7 +87,8 @@ class MWGPPosterior:
     def from_module(cls, module: MWGPModule, rating_mean: float, rating_std: float, jitter: float,
                     chunk_size: int = 65536,
                     level_variances: tuple[list[Tensor], list[Tensor]] | None = None,
-                    embedding_uncertainty: bool = True) -> "MWGPPosterior":
+                    embedding_uncertainty: bool = True, embedding_reg: float | None = None,
+                    bias_reg: float | None = None) -> "MWGPPosterior":
         """The posterior of a trained module.
 
         ``level_variances`` (from :func:`~.laplace.level_variances`): posterior variances of every
@@ -71,8 +97,11 @@ class MWGPPosterior:
         of true embeddings is that of the point estimates plus their estimation uncertainty), and
         with ``embedding_uncertainty`` a known level's own variances enter its predictions'
         variance (linearised: J^T diag(v) J for the GP input, plus the bias variance).
+
+        ``embedding_reg`` and ``bias_reg``: the precisions of the embedding and bias priors the
+        module was trained with; kept (with the item implicit factors and every level's q(s)) in
+        :attr:`foldin` for :func:`~.foldin.fold_in`, which refuses a posterior built without them.
         """
-        dtype = module.inducing.dtype
         f64 = {"dtype": torch.float64}
         emb = [e.detach().to(**f64) for e in module.factor_tables()]
         if module.use_biases:
@@ -125,8 +154,19 @@ class MWGPPosterior:
         own = None
         if level_variances is not None and embedding_uncertainty:
             own = tuple([v.detach().to(**f64) for v in part] for part in level_variances)
-        post = cls(tensors, emb, biases, rating_mean, rating_std, chunk_size, noise_scales, own)
-        return post.to(dtype=dtype)
+        # float64 whatever the training dtype: predictions are then independent of the batch they are
+        # computed in to float64 round-off (float32 GEMMs differ by ~1e-6 between batch sizes)
+        foldin = {
+            "embedding_reg": None if embedding_reg is None else float(embedding_reg),
+            "bias_reg": None if bias_reg is None else float(bias_reg),
+            "use_biases": module.use_biases, "heteroscedastic": module.heteroscedastic,
+            "implicit": module.implicit,
+            "item_implicit": module.implicit_factors[0].detach().to(**f64) if module.implicit else None,
+            "noise_offset_mean": [m.detach().to(**f64) for m in module.noise_offset_mean],
+            "noise_offset_logvar": [lv.detach().to(**f64) for lv in module.noise_offset_logvar],
+            "noise_prior_logvar": module.noise_prior_logvar.detach().to(**f64),
+        }
+        return cls(tensors, emb, biases, rating_mean, rating_std, chunk_size, noise_scales, own, foldin)
 
     # -- properties ----------------------------------------------------------------------------
     @property
@@ -168,7 +208,9 @@ class MWGPPosterior:
                              self.rating_mean, self.rating_std, self.chunk_size,
                              [conv(s) for s in self.noise_scales],
                              ([conv(v) for v in self.input_var], [conv(v) for v in self.level_bias_var])
-                             if self.input_var else None)
+                             if self.input_var else None,
+                             _map_tensors(self.foldin, conv),
+                             None if self.cold_users is None else self.cold_users.to(device=device))
 
     def state_dict(self) -> dict[str, Any]:
         """Plain dict of CPU tensors and numbers; inverse of :meth:`from_state_dict`."""
@@ -178,6 +220,8 @@ class MWGPPosterior:
         out["noise_scales"] = [s.detach().cpu() for s in self.noise_scales]
         out["input_var"] = [v.detach().cpu() for v in self.input_var]
         out["level_bias_var"] = [v.detach().cpu() for v in self.level_bias_var]
+        out["foldin"] = _map_tensors(self.foldin, lambda t: t.detach().cpu())
+        out["cold_users"] = None if self.cold_users is None else self.cold_users.cpu()
         out.update(rating_mean=self.rating_mean, rating_std=self.rating_std, chunk_size=self.chunk_size)
         return out
 
@@ -194,13 +238,104 @@ class MWGPPosterior:
         return cls({k: state[k] for k in _TENSORS}, state["embeddings"], state["biases"],
                    state["rating_mean"], state["rating_std"], state.get("chunk_size", 65536),
                    state.get("noise_scales"),
-                   (state["input_var"], state["level_bias_var"]) if state.get("input_var") else None)
+                   (state["input_var"], state["level_bias_var"]) if state.get("input_var") else None,
+                   state.get("foldin"), state.get("cold_users"))  # absent in states saved before fold-in
 
     def __getstate__(self) -> dict[str, Any]:
         return self.state_dict()
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(MWGPPosterior.from_state_dict(state).__dict__)
+
+    # -- folded-in users ------------------------------------------------------------------------
+    def with_extra_users(self, users: Sequence["FoldedUser"]) -> "MWGPPosterior":
+        """A new posterior with folded-in users appended as user rows ``n_users, n_users + 1, ...``.
+
+        Parameters
+        ----------
+        users : sequence of :class:`~.foldin.FoldedUser`
+            From :func:`~.foldin.fold_in` or :func:`~.foldin.fold_in_many` on this posterior (or
+            one with the same items and GP).
+
+        Returns
+        -------
+        MWGPPosterior
+            Everything else (items, GP, the cold-start distribution of index -1) is shared with
+            ``self``, so :meth:`predict` and :func:`~.recommend.top_n` work unchanged. A user folded
+            in from 0 ratings is predicted exactly as index -1. The users' Laplace variances enter
+            their predictive variance only when this posterior keeps those of the trained users
+            (``embedding_uncertainty=True``), so that all users are treated alike.
+        """
+        return self._with_user_rows(users, None)
+
+    def with_replaced_users(self, rows: Sequence[int], users: Sequence["FoldedUser"]) -> "MWGPPosterior":
+        """Like :meth:`with_extra_users`, but the folded-in users overwrite the user rows ``rows``
+        (e.g. a known user re-folded with extra ratings keeps their index)."""
+        rows = np.asarray(rows)
+        if rows.ndim != 1 or (rows.size and not np.issubdtype(rows.dtype, np.integer)):
+            raise ValueError(f"`rows` must be a 1-d array of user indices, got {rows!r}")
+        n_users = self.n_levels[0] if self.n_factors == 2 else 0
+        if rows.size and (rows.min() < 0 or rows.max() >= n_users):
+            raise ValueError(f"`rows` must lie in [0, {n_users}), got range [{rows.min()}, {rows.max()}]")
+        if np.unique(rows).size != rows.size:
+            raise ValueError("`rows` must not repeat a user")
+        if len(users) != rows.size:
+            raise ValueError(f"`rows` has {rows.size} entries but {len(users)} users were given")
+        return self._with_user_rows(users, rows.astype(np.int64))
+
+    def _with_user_rows(self, users: Sequence["FoldedUser"], rows: np.ndarray | None) -> "MWGPPosterior":
+        if self.n_factors != 2:
+            raise ValueError(f"folded-in users need a (user, item) model; this one has {self.n_factors} factors")
+        users = list(users)
+        r = self.latent_dim
+        for n, u in enumerate(users):
+            if not all(hasattr(u, a) for a in ("input", "input_var", "bias", "bias_var", "noise_scale",
+                                               "noise_offset_mean", "noise_offset_var", "n_ratings")):
+                raise ValueError(f"`users[{n}]` is not a FoldedUser (from mogp_surprise.core.foldin.fold_in), "
+                                 f"got {type(u).__name__}")
+            if np.shape(u.input) != (r,) or np.shape(u.input_var) != (r,):
+                raise ValueError(f"`users[{n}]` has a GP input of shape {np.shape(u.input)}; this posterior's "
+                                 f"latent dimension is {r}")
+
+        def put(table: Tensor, values: list) -> Tensor:
+            """``table`` with the users' ``values`` appended (or written to ``rows``)."""
+            vals = torch.as_tensor(np.asarray(values, dtype=np.float64), dtype=table.dtype, device=table.device)
+            vals = vals.reshape(len(users), *table.shape[1:])
+            if rows is None:
+                return torch.cat([table, vals])
+            out = table.clone()
+            out[torch.as_tensor(rows, device=table.device)] = vals
+            return out
+
+        def pick(name: str) -> list:
+            return [getattr(u, name) for u in users]
+
+        embeddings = [put(self.embeddings[0], pick("input")), self.embeddings[1]]
+        biases = [put(self.biases[0], pick("bias")), self.biases[1]]
+        noise_scales = [put(self.noise_scales[0], pick("noise_scale")), self.noise_scales[1]]
+        level_variances = None
+        if self.input_var:
+            level_variances = ([put(self.input_var[0], pick("input_var")), self.input_var[1]],
+                               [put(self.level_bias_var[0], pick("bias_var")), self.level_bias_var[1]])
+        foldin = None
+        if self.foldin is not None:
+            foldin = dict(self.foldin)
+            if foldin["heteroscedastic"]:
+                means, logvars = foldin["noise_offset_mean"], foldin["noise_offset_logvar"]
+                foldin["noise_offset_mean"] = [put(means[0], pick("noise_offset_mean")), means[1]]
+                foldin["noise_offset_logvar"] = [
+                    put(logvars[0], [np.log(max(float(v), 1e-300)) for v in pick("noise_offset_var")]), logvars[1]]
+        cold = torch.tensor([int(u.n_ratings) == 0 for u in users], dtype=torch.bool, device=self.device)
+        old_cold = self.cold_users if self.cold_users is not None else torch.zeros(
+            self.n_levels[0], dtype=torch.bool, device=self.device)
+        if rows is None:
+            cold_users = torch.cat([old_cold, cold])
+        else:
+            cold_users = old_cold.clone()
+            cold_users[torch.as_tensor(rows, device=self.device)] = cold
+        tensors = {name: getattr(self, name) for name in _TENSORS}
+        return MWGPPosterior(tensors, embeddings, biases, self.rating_mean, self.rating_std, self.chunk_size,
+                             noise_scales, level_variances, foldin, cold_users)
 
     # -- prediction ------------------------------------------------------------------------------
     def predict(self, index: np.ndarray, include_noise: bool = True,
@@ -244,6 +379,10 @@ class MWGPPosterior:
     @torch.no_grad()
     def moments(self, index: Tensor, include_noise: bool = True) -> tuple[Tensor, Tensor]:
         """Like :meth:`predict` for one chunk of a (validated) long tensor, returning tensors on the device."""
+        if self.cold_users is not None:  # folded-in users without ratings: exactly the cold-start user
+            users = index[:, 0]
+            index = index.clone()
+            index[:, 0] = torch.where(self.cold_users[users.clamp_min(0)], -1, users)
         m, v = self._latent_chunk(index)
         if include_noise:
             v = v + self.noise_var_at(index)
@@ -280,7 +419,21 @@ class MWGPPosterior:
         return mean, var
 
     def _latent_pattern(self, index: Tensor, code: int) -> tuple[Tensor, Tensor]:
-        """Moments of f for rows that share one pattern of unknown factors."""
+        """Moments of f for rows that share one pattern of unknown factors.
+
+        The rows are padded to a multiple of ``_ROW_BLOCK`` (copies of the first row): BLAS takes
+        other code paths (other summation orders) for products with a few rows, so without the
+        padding a pair's prediction would change in its last bits with the number of rows it is
+        computed with (``predict(u, i)`` vs ``test(testset)``; scikit-learn's subset invariance).
+        """
+        n = index.shape[0]
+        pad = -n % _ROW_BLOCK
+        if pad:
+            index = torch.cat([index, index[:1].expand(pad, -1)])
+        mean, var = self._latent_rows(index, code)
+        return mean[:n], var[:n]
+
+    def _latent_rows(self, index: Tensor, code: int) -> tuple[Tensor, Tensor]:
         r = self.latent_dim
         known = [f for f in range(self.n_factors) if not code >> f & 1]
         unknown = [f for f in range(self.n_factors) if code >> f & 1]
@@ -322,6 +475,17 @@ class MWGPPosterior:
                 var = var + self.bias_var[f]
         floor = torch.finfo(self.dtype).eps * self.outputscale
         return mean, torch.maximum(var, floor)
+
+
+def _map_tensors(value: Any, fn) -> Any:
+    """``value`` (nested dicts/lists of tensors and plain values) with ``fn`` applied to every tensor."""
+    if isinstance(value, Tensor):
+        return fn(value)
+    if isinstance(value, dict):
+        return {k: _map_tensors(v, fn) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_map_tensors(v, fn) for v in value)
+    return value
 
 
 def _check_chunk_size(chunk_size) -> int:

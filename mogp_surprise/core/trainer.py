@@ -21,6 +21,9 @@ from .posterior import MWGPPosterior
 
 logger = logging.getLogger(__name__)
 
+#: early stopping ends the epoch search after this many epochs without a better validation RMSE
+EARLY_STOPPING_PATIENCE = 3
+
 
 @dataclass
 class FitResult:
@@ -32,6 +35,9 @@ class FitResult:
     epoch_times: list[float] = field(default_factory=list)  # wall-clock seconds of each epoch's optimisation
     fit_time: float = 0.0
     n_data: int = 0
+    # with early stopping: RMSE (standardised units) on the internal validation ratings after each epoch
+    validation_rmse: list[float] = field(default_factory=list)
+    n_epochs: int = 0  # epochs of the final training run (chosen by early stopping when it is on)
 
 
 def validate_training_data(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...]) -> None:
@@ -104,7 +110,55 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
     n = index.shape[0]
     idx_t = torch.from_numpy(np.array(index, dtype=np.int64))  # a copy: inputs may be read-only views
     y_t = torch.as_tensor((ratings - rating_mean) / rating_std, dtype=dtype)
+    batch = config.resolved_batch_size(n)
 
+    validation: list[float] = []
+    stop_after = config.n_epochs
+    if config.uses_early_stopping(n):
+        # choose the number of epochs on a seeded internal split, then train on every rating with the
+        # same learning-rate schedule, stopped after that many epochs (measured on 10 % samples of
+        # ML-100K: RMSE 1.0028 vs 1.0078 when the schedule is compressed into the chosen epochs)
+        perm = torch.randperm(n, generator=gen)
+        n_val = max(1, int(round(config.validation_fraction * n)))
+        held, kept = perm[:n_val], perm[n_val:]
+        run = _train(idx_t[kept], y_t[kept], n_levels, config, gen, batch, device,
+                     validation=(idx_t[held], y_t[held]))
+        validation = run.validation
+        stop_after = int(np.argmin(validation)) + 1
+    run = _train(idx_t, y_t, n_levels, config, gen, batch, device, stop_after=stop_after)
+    module = run.module
+    spread = level_variances(module, idx_t.to(device), config.jitter, config.embedding_reg, config.bias_reg,
+                             config.chunk_size)
+    posterior = MWGPPosterior.from_module(module, rating_mean, rating_std, config.jitter, config.chunk_size,
+                                          level_variances=spread,
+                                          embedding_uncertainty=config.embedding_uncertainty,
+                                          embedding_reg=config.embedding_reg, bias_reg=config.bias_reg)
+    elapsed = time.perf_counter() - started
+    logger.info("MW-GP fitted on %d ratings in %.1f s (final loss %.4f)", n, elapsed, run.history[-1])
+    return FitResult(posterior=posterior, loss_history=run.history, epoch_times=run.epoch_times,
+                     fit_time=elapsed, n_data=n, validation_rmse=validation, n_epochs=stop_after)
+
+
+@dataclass
+class _Run:
+    module: MWGPModule
+    history: list[float]
+    epoch_times: list[float]
+    validation: list[float]  # RMSE of the predictive mean on the validation ratings after each epoch
+
+
+def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], config: MWGPConfig,
+           gen: torch.Generator, batch: int, device: torch.device,
+           validation: tuple[torch.Tensor, torch.Tensor] | None = None, stop_after: int | None = None) -> _Run:
+    """Initialise a module on (idx_t, y_t) and run Adam with the schedule of ``config.n_epochs`` epochs,
+    stopped after ``stop_after`` epochs (default: all).
+
+    With ``validation`` = (index, standardised ratings), the RMSE of the predictive mean on them is
+    recorded after every epoch and training stops once it has not improved for
+    ``EARLY_STOPPING_PATIENCE`` epochs.
+    """
+    n = idx_t.shape[0]
+    dtype = y_t.dtype
     module = MWGPModule(tuple(n_levels), config.latent_dim, config.n_inducing, config.use_biases,
                         heteroscedastic=config.noise == "heteroscedastic", implicit=config.implicit).to(dtype=dtype)
     module.set_implicit_graph(idx_t)
@@ -114,16 +168,17 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
         module.set_implicit_graph(idx_t.to(device))
     module.workspace = Workspace()
     idx_t, y_t = idx_t.to(device), y_t.to(device)
+    if validation is not None:
+        validation = (validation[0].to(device), validation[1].to(device))
 
-    batch = config.resolved_batch_size(n)
     steps_per_epoch = math.ceil(n / batch)
     total_steps = config.n_epochs * steps_per_epoch
     optimizer = _adam(module, config, n)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(config.lr_schedule, total_steps))
 
-    history: list[float] = []
-    epoch_times: list[float] = []
-    bar = tqdm(range(config.n_epochs), desc="MW-GP", unit="epoch", disable=not config.verbose, leave=False)
+    run = _Run(module, [], [], [])
+    desc = "MW-GP (choosing epochs)" if validation is not None else "MW-GP"
+    bar = tqdm(range(stop_after or config.n_epochs), desc=desc, unit="epoch", disable=not config.verbose, leave=False)
     for epoch in bar:
         epoch_start = time.perf_counter()
         # shuffle the training arrays once per epoch so that every minibatch is a contiguous slice
@@ -149,20 +204,30 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
             total += value * (min(start + batch, n) - start)
         with torch.no_grad():
             log_prior = float(module.log_prior(config.embedding_reg, config.bias_reg))
-        history.append(total / n - log_prior / n)
-        epoch_times.append(time.perf_counter() - epoch_start)
-        bar.set_postfix(loss=f"{history[-1]:.4f}")
-        logger.debug("epoch %d: negative ELBO per rating %.5f", epoch + 1, history[-1])
-
+        run.history.append(total / n - log_prior / n)
+        run.epoch_times.append(time.perf_counter() - epoch_start)
+        bar.set_postfix(loss=f"{run.history[-1]:.4f}")
+        logger.debug("epoch %d: negative ELBO per rating %.5f", epoch + 1, run.history[-1])
+        if validation is not None:
+            run.validation.append(_rmse(module, *validation, config))
+            best = int(np.argmin(run.validation))
+            if len(run.validation) - 1 - best >= EARLY_STOPPING_PATIENCE:
+                break
     module.workspace = None
-    spread = level_variances(module, idx_t, config.jitter, config.embedding_reg, config.bias_reg, config.chunk_size)
-    posterior = MWGPPosterior.from_module(module, rating_mean, rating_std, config.jitter, config.chunk_size,
-                                          level_variances=spread,
-                                          embedding_uncertainty=config.embedding_uncertainty)
-    elapsed = time.perf_counter() - started
-    logger.info("MW-GP fitted on %d ratings in %.1f s (final loss %.4f)", n, elapsed, history[-1])
-    return FitResult(posterior=posterior, loss_history=history, epoch_times=epoch_times, fit_time=elapsed,
-                     n_data=n)
+    return run
+
+
+@torch.no_grad()
+def _rmse(module: MWGPModule, index: torch.Tensor, y: torch.Tensor, config: MWGPConfig) -> float:
+    """RMSE of the predictive mean on standardised ratings (training dtype, chunked)."""
+    terms = module.whitened_terms(config.jitter)
+    tables = module.factor_tables()
+    total = 0.0
+    for start in range(0, index.shape[0], config.chunk_size):
+        idx = index[start:start + config.chunk_size]
+        mean, _ = module.latent_moments(idx, terms, tables)
+        total += float(((mean - y[start:start + config.chunk_size]) ** 2).sum())
+    return math.sqrt(total / max(index.shape[0], 1))
 
 
 def _adam(module: MWGPModule, config: MWGPConfig, n: int) -> torch.optim.Optimizer:

@@ -158,17 +158,14 @@ def _download(spec: DatasetSpec) -> None:
         with contextlib.redirect_stdout(captured):
             download_builtin_dataset(spec.name)
     except OSError as exc:
-        raise OSError(
-            f"download=True: Surprise could not download {spec.name!r} from {spec.url} ({exc}). "
-            f"Download it by hand and pass data_dir or set {DATA_ENV}."
-        ) from exc
+        raise OSError(f"Surprise could not download {spec.name!r} from {spec.url} ({exc})") from exc
     finally:
         for line in captured.getvalue().splitlines():
             logger.info("surprise: %s", line)
 
 
 def _not_found(spec: DatasetSpec, looked: list[tuple[Path, Parser, str]],
-               data_dir: PathLike | None, download: bool) -> FileNotFoundError:
+               data_dir: PathLike | None, download: bool, failure: str = "") -> FileNotFoundError:
     lines = [f"  - {path} ({where})" for path, _, where in looked]
     root = find_data_dir(data_dir)
     if root is None:
@@ -177,10 +174,16 @@ def _not_found(spec: DatasetSpec, looked: list[tuple[Path, Parser, str]],
         lines.insert(0, f"  (data folder {root} does not exist)")
     layouts = ", ".join(layout.path for layout in spec.layouts)
     how = (f"Expected one of these files under the data folder: {layouts}. To get it: set the "
-           f"{DATA_ENV} environment variable or pass data_dir= to a folder holding one of them")
+           f"{DATA_ENV} environment variable or pass data_dir= (--data-dir on the command line) to a folder "
+           "holding one of them")
     if spec.surprise_layout is not None:
-        how += ", or pass download=True to fetch it through Surprise"
-        if download:
+        how += ", or pass download=True to fetch it through Surprise (the command line does unless --no-download)"
+        if failure:
+            how = f"The download failed: {failure}.\n" + how.replace(
+                ", or pass download=True to fetch it through Surprise (the command line does unless --no-download)",
+                f", or download {spec.url} by hand and "
+                "unzip it into that folder")
+        elif download:
             how += " (a download was attempted but did not produce the file)"
     else:
         how += (f"; {spec.name!r} is not a Surprise builtin data set, so download=True cannot "
@@ -235,7 +238,10 @@ def load_ratings(name: str, data_dir: PathLike | None = None,
     hit = next(((p, parser) for p, parser, _ in looked if p.is_file()), None)
     layout = spec.surprise_layout
     if hit is None and download and layout is not None:
-        _download(spec)
+        try:
+            _download(spec)
+        except OSError as exc:  # one message: where we looked, why the download failed, what to do
+            raise OSError(_not_found(spec, looked, data_dir, download, failure=str(exc)).args[0]) from exc
         path = surprise_cache_dir() / layout.path
         hit = (path, layout.parser) if path.is_file() else None
     if hit is None:

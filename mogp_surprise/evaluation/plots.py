@@ -1,6 +1,6 @@
 """QP-plots and calibration plots.
 
-matplotlib is optional (``pip install mogp-surprise[plot]``) and imported inside
+matplotlib is optional (``pip install -e '.[plot]'`` from a checkout, or ``pip install matplotlib``) and imported inside
 the functions only. No backend is forced: whatever the user (or Jupyter) chose
 is kept; only when no backend has been chosen and no display is available is the
 non-interactive ``Agg`` backend selected, which is what matplotlib itself would
@@ -31,7 +31,8 @@ def _pyplot() -> Any:
         import matplotlib
     except ImportError as exc:  # pragma: no cover - exercised only without matplotlib
         raise ImportError(
-            "plotting needs matplotlib; install it with `pip install mogp-surprise[plot]`"
+            "plotting needs matplotlib; install it with `pip install matplotlib` (from a checkout: "
+            "`pip install -e '.[plot]'`)"
         ) from exc
     if "matplotlib.pyplot" not in sys.modules and _backend_unset(matplotlib) and _headless():
         logger.debug("no matplotlib backend chosen and no display: using Agg")

@@ -20,9 +20,26 @@ TINY = {"n_epochs": 2, "n_inducing": 8, "batch_size": 64, "random_state": 0}
 EXPECTED_FAILED_CHECKS: dict[str, str] = {}  # none: every scikit-learn check passes
 
 
-@parametrize_with_checks([MWGPRegressor(**TINY)], expected_failed_checks=lambda est: EXPECTED_FAILED_CHECKS)
+@parametrize_with_checks([MWGPRegressor()], expected_failed_checks=lambda est: EXPECTED_FAILED_CHECKS)
 def test_sklearn_estimator_checks(estimator, check):
+    """Every scikit-learn check on the *default* estimator (the one users construct)."""
     check(estimator)
+
+
+def test_predictions_do_not_depend_on_the_batch():
+    """A prediction is the same whether computed with all rows, in chunks of 10 or alone (float64
+    round-off): scikit-learn's ``check_methods_subset_invariance`` must not depend on the data."""
+    rng = np.random.default_rng(0)
+    X = np.stack([rng.integers(0, 40, 500), rng.integers(0, 60, 500)], axis=1)
+    y = rng.normal(3.0, 1.0, 500)
+    est = MWGPRegressor(random_state=0).fit(X, y)
+    X_new = np.vstack([X, [[1000, 1], [2, 1000], [1000, 1000]]])  # with every unseen pattern
+    mean, std = est.predict(X_new, return_std=True)
+    chunks = [est.predict(X_new[k:k + 10], return_std=True) for k in range(0, len(X_new), 10)]
+    np.testing.assert_allclose(np.concatenate([c[0] for c in chunks]), mean, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(np.concatenate([c[1] for c in chunks]), std, rtol=1e-12, atol=0)
+    alone = np.array([est.predict(X_new[k:k + 1])[0] for k in range(0, len(X_new), 37)])
+    np.testing.assert_allclose(alone, mean[::37], rtol=1e-12, atol=0)
 
 
 @pytest.fixture(scope="module")
@@ -109,9 +126,35 @@ def test_pickle_round_trip(fitted, xy):
     ([["u", "i"], ["v", "j"]], [1.0, np.nan], ValueError, "finite"),
     ([["u", "i"], ["v", "j"]], ["a", "b"], ValueError, "numeric"),
     ([["u", "i"], [None, "j"]], [1.0, 2.0], ValueError, "None"),
-    (pd.DataFrame({"user": ["u", 3], "item": ["i", "j"]}), [1.0, 2.0], TypeError, "mixes id types"),
     ([["u", "i"]], [1.0], ValueError, "at least 2 ratings"),
 ])
 def test_bad_input(X, y, error, match):
     with pytest.raises(error, match=match):
         MWGPRegressor(**TINY).fit(X, y)
+
+
+def test_mixed_int_and_str_ids_are_distinct_labels():
+    """Ids are labels matched by value and type (as in Surprise): a column may mix ints and strings; one
+    that holds both 3 and "3" is warned about, since that is usually a mix-up."""
+    import warnings
+
+    X = pd.DataFrame({"user": ["u", 3, "u", 4], "item": ["i", "j", "j", "i"]})
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*holds both")
+        est = MWGPRegressor(**TINY).fit(X, [1.0, 2.0, 3.0, 4.0])
+    assert est.encoders_[0].n_levels == 3
+    with pytest.warns(UserWarning, match=r"id column 'user' holds both 3 and '3'.*two different levels"):
+        MWGPRegressor(**TINY).fit(pd.DataFrame({"user": ["3", 3, 4], "item": ["i", "j", "i"]}), [1.0, 2.0, 3.0])
+
+
+def test_str_ids_for_an_int_trained_model_warn_once():
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame({"user": rng.integers(0, 20, 300), "item": rng.integers(0, 30, 300)})
+    est = MWGPRegressor(**TINY).fit(X, rng.normal(size=300))
+    with pytest.warns(UserWarning, match=r"user id '\d+' \(str\) is not in the training data, but \d+ \(int\) is"):
+        cold = est.predict(X.astype(str).head(3))
+    assert not np.allclose(cold, est.predict(X.head(3)))
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        est.predict(X.assign(user=X["user"].astype(str)).head(3))  # users already warned about

@@ -98,12 +98,28 @@ def test_empty_index_gives_empty_output() -> None:
     assert mean.shape == var.shape == (0,)
 
 
-def test_float32_module_gives_float32_posterior() -> None:
+def test_float32_module_gives_float64_posterior() -> None:
+    """The posterior is float64 whatever the training dtype (batch-independent predictions)."""
     mod = _random_module().float()
     post = MWGPPosterior.from_module(mod, rating_mean=0.0, rating_std=1.0, jitter=1e-6)
-    assert post.dtype == torch.float32
+    assert post.dtype == torch.float64
     mean, var = post.predict(_all_pairs())
     assert mean.dtype == np.float64 and np.isfinite(mean).all() and (var > 0).all()
+
+
+def test_a_prediction_does_not_depend_on_the_other_rows() -> None:
+    """Every row gets bit-identical moments alone, in chunks of any size, or in another order."""
+    post = _post(_random_module(), chunk_size=7)
+    index = _mixed_index()
+    mean, var = post.predict(index)
+    for size in (1, 5, 64, 100):
+        parts = [post.predict(index[k:k + size]) for k in range(0, len(index), size)]
+        np.testing.assert_array_equal(np.concatenate([p[0] for p in parts]), mean)
+        np.testing.assert_array_equal(np.concatenate([p[1] for p in parts]), var)
+    order = np.random.default_rng(0).permutation(len(index))
+    m2, v2 = post.predict(index[order], chunk_size=1000)
+    np.testing.assert_array_equal(m2, mean[order])
+    np.testing.assert_array_equal(v2, var[order])
 
 
 def _mixed_index() -> np.ndarray:

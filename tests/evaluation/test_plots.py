@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 matplotlib = pytest.importorskip(
-    "matplotlib", reason="matplotlib not installed (pip install mogp-surprise[plot]): plots untested"
+    "matplotlib", reason="matplotlib not installed (pip install -e '.[plot]'): plots untested"
 )
 
 from mogp_surprise.evaluation import (  # noqa: E402

@@ -1,0 +1,370 @@
+"""Fold-in of new users: the objective against autograd of the training ELBO, the Laplace variances against
+``laplace.level_variances``, recovery of trained users, cold start, learning from more ratings, persistence
+and input checks."""
+from __future__ import annotations
+
+import copy
+import io
+
+import numpy as np
+import pytest
+import torch
+
+from mogp_surprise.core import MWGPConfig, MWGPPosterior, fit_mwgp
+from mogp_surprise.core.foldin import FoldedUser, fold_in, fold_in_many, fold_in_objective
+from mogp_surprise.core.laplace import level_variances
+from mogp_surprise.core.recommend import top_n
+from tests.core._modules import random_module
+
+JITTER = 1e-8
+EMB_REG, BIAS_REG = 3.0, 2.0
+RATING_MEAN, RATING_STD = 3.2, 1.3
+LEVELS, R, M = (6, 9), 2, 5
+USER, ITEMS = 5, np.array([0, 2, 3, 7, 8])  # the user the exact tests fold in, and their items
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """Tiny problems: intra-op threading only adds contention on a shared machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+# -- exact checks on a random float64 module --------------------------------------------------------------
+def _random_model(heteroscedastic: bool, implicit: bool, use_biases: bool = True):
+    """A random module whose training index gives USER exactly the items ITEMS, and its posterior."""
+    gen = torch.Generator().manual_seed(0)
+    index = torch.stack([torch.randint(0, LEVELS[0] - 1, (40,), generator=gen),
+                         torch.randint(0, LEVELS[1], (40,), generator=gen)], 1)
+    index = torch.cat([index, torch.stack([torch.full((len(ITEMS),), USER), torch.as_tensor(ITEMS)], 1)])
+    mod = random_module(LEVELS, R, M, seed=3, scale=0.6, q_diag=1.0, heteroscedastic=heteroscedastic,
+                        implicit=implicit, use_biases=use_biases)
+    mod.set_implicit_graph(index)
+    post = MWGPPosterior.from_module(mod, RATING_MEAN, RATING_STD, JITTER, embedding_reg=EMB_REG, bias_reg=BIAS_REG)
+    return mod, post
+
+
+def _set_user(mod, a, b, mu, logvar) -> None:
+    with torch.no_grad():
+        mod.embeddings[0][USER] = torch.as_tensor(a)
+        if mod.use_biases:
+            mod.biases[0][USER] = float(b)
+        if mod.heteroscedastic:
+            mod.noise_offset_mean[0][USER] = float(mu)
+            mod.noise_offset_logvar[0][USER] = float(logvar)
+
+
+def _user_elbo(mod, y: torch.Tensor) -> torch.Tensor:
+    """The training ELBO, full batch over exactly USER's ratings (scale N / B = 1), with the priors."""
+    index = torch.stack([torch.full((len(ITEMS),), USER), torch.as_tensor(ITEMS)], 1)
+    return mod.elbo(index, y, n_data=len(ITEMS), jitter=JITTER, embedding_reg=EMB_REG, bias_reg=BIAS_REG)
+
+
+def _user_params(mod) -> list[torch.Tensor]:
+    return [mod.embeddings[0], *([mod.biases[0]] if mod.use_biases else []),
+            *([mod.noise_offset_mean[0], mod.noise_offset_logvar[0]] if mod.heteroscedastic else [])]
+
+
+VARIANTS = [(True, True, True), (True, False, True), (False, True, True), (False, False, False)]
+
+
+@pytest.mark.parametrize("heteroscedastic,implicit,use_biases", VARIANTS)
+def test_objective_gradient_and_differences_match_the_training_elbo(heteroscedastic, implicit, use_biases) -> None:
+    """At random user parameters the gradient of the fold-in objective w.r.t. (a_u, b_u, mu, log v) is that of
+    MWGPModule.elbo w.r.t. the user's rows (autograd), and differences of the two agree (the rest of the ELBO
+    is constant in the user's parameters)."""
+    mod, post = _random_model(heteroscedastic, implicit, use_biases)
+    gen = torch.Generator().manual_seed(1)
+    y = torch.randn(len(ITEMS), generator=gen, dtype=torch.float64)
+    ratings = (RATING_MEAN + RATING_STD * y).numpy()
+    values = []
+    for trial in range(2):
+        theta = torch.randn(R + 3, generator=gen, dtype=torch.float64) * 0.8
+        a, b, mu, lv = (theta[:R].clone().requires_grad_(True), *(t.clone().requires_grad_(True) for t in theta[R:]))
+        obj = fold_in_objective(post, ITEMS, ratings, a, b, mu, lv)
+        ours = torch.autograd.grad(obj, [a, b, mu, lv], allow_unused=True)
+        _set_user(mod, theta[:R], theta[R], theta[R + 1], theta[R + 2])
+        elbo = _user_elbo(mod, y)
+        params = _user_params(mod)
+        theirs = [g[USER] for g in torch.autograd.grad(elbo, params)]
+        np.testing.assert_allclose(ours[0].numpy(), theirs[0].numpy(), rtol=1e-9, atol=1e-12)
+        rest = [g for g, used in zip(ours[1:], (use_biases, heteroscedastic, heteroscedastic)) if used]
+        for mine, want in zip(rest, theirs[1:]):
+            assert float(mine) == pytest.approx(float(want), rel=1e-9, abs=1e-12)
+        for g, used in zip(ours[1:], (use_biases, heteroscedastic, heteroscedastic)):
+            if not used:  # parameters the model does not have do not enter the objective
+                assert g is None or float(g) == 0.0
+        values.append((float(obj.detach()), float(elbo.detach())))
+    assert values[0][0] - values[1][0] == pytest.approx(values[0][1] - values[1][1], rel=1e-10, abs=1e-10)
+
+
+@pytest.mark.parametrize("heteroscedastic,implicit,use_biases", VARIANTS)
+def test_fold_in_reaches_a_stationary_point_with_the_laplace_variances_of_trained_users(
+        heteroscedastic, implicit, use_biases) -> None:
+    """fold_in maximises the objective (the ELBO's gradient w.r.t. the user's rows vanishes at its result), and
+    its variances equal level_variances of a module holding the result as the user's parameters."""
+    mod, post = _random_model(heteroscedastic, implicit, use_biases)
+    y = torch.randn(len(ITEMS), generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    user = fold_in(post, ITEMS, (RATING_MEAN + RATING_STD * y).numpy(), tol=1e-10)
+    assert isinstance(user, FoldedUser) and user.n_ratings == len(ITEMS) and not user.cold
+    _set_user(mod, user.embedding, user.bias, user.noise_offset_mean, np.log(max(user.noise_offset_var, 1e-300)))
+    np.testing.assert_allclose(mod.factor_tables()[0][USER].detach().numpy(), user.input, rtol=1e-12, atol=1e-14)
+    grads = torch.autograd.grad(_user_elbo(mod, y), _user_params(mod))
+    assert max(float(g[USER].abs().max()) for g in grads) < 1e-6
+    assert user.objective >= float(fold_in_objective(post, ITEMS, (RATING_MEAN + RATING_STD * y).numpy(),
+                                                     torch.zeros(R)))  # better than the start
+    index = torch.stack([torch.full((len(ITEMS),), USER), torch.as_tensor(ITEMS)], 1)
+    input_var, bias_var = level_variances(mod, index, JITTER, EMB_REG, BIAS_REG)
+    np.testing.assert_allclose(user.input_var, input_var[0][USER].numpy(), rtol=1e-10)
+    assert user.bias_var == pytest.approx(float(bias_var[0][USER]), rel=1e-10)
+    if heteroscedastic:
+        assert user.noise_scale == pytest.approx(np.exp(user.noise_offset_mean + user.noise_offset_var / 2))
+    else:
+        assert (user.noise_scale, user.noise_offset_mean, user.noise_offset_var) == (1.0, 0.0, 0.0)
+    if not use_biases:
+        assert (user.bias, user.bias_var) == (0.0, 0.0)
+
+
+def test_predictions_of_a_folded_user_use_the_posterior_formulas() -> None:
+    """An appended user predicts exactly as a trained user with the same input, bias, noise scale and
+    variances would (checked by writing them into a copy's existing row)."""
+    mod, post = _random_model(True, True)
+    every_pair = torch.stack([torch.arange(6).repeat(9), torch.arange(9).repeat_interleave(6)], 1)
+    level_vars = level_variances(mod, every_pair, JITTER, EMB_REG, BIAS_REG)
+    post = MWGPPosterior.from_module(mod, RATING_MEAN, RATING_STD, JITTER, level_variances=level_vars,
+                                     embedding_reg=EMB_REG, bias_reg=BIAS_REG)
+    user = fold_in(post, ITEMS[:3], [1.0, 4.0, 5.0])
+    extended = post.with_extra_users([user])
+    assert extended.n_levels == (LEVELS[0] + 1, LEVELS[1])
+    same = MWGPPosterior.from_state_dict(copy.deepcopy(post.state_dict()))  # (tables share storage)
+    same.embeddings[0][0] = torch.as_tensor(user.input)
+    same.biases[0][0] = user.bias
+    same.noise_scales[0][0] = user.noise_scale
+    same.input_var[0][0] = torch.as_tensor(user.input_var)
+    same.level_bias_var[0][0] = user.bias_var
+    items = np.arange(LEVELS[1])
+    for include_noise in (True, False):
+        got = extended.predict(np.stack([np.full(9, LEVELS[0]), items], 1), include_noise)
+        want = same.predict(np.stack([np.zeros(9, dtype=int), items], 1), include_noise)
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    # the trained users' predictions are untouched
+    old = np.stack([np.repeat(np.arange(6), 9), np.tile(items, 6)], 1)
+    np.testing.assert_array_equal(extended.predict(old)[1], post.predict(old)[1])
+
+
+# -- a small fitted model on synthetic low-rank data ------------------------------------------------------
+N_TRAIN_USERS, N_NEW_USERS, N_ITEMS = 80, 24, 60
+
+
+@pytest.fixture(scope="module")
+def synthetic():
+    """Ratings 3 + b_u + b_i + <U_u, V_i> + N(0, 0.4^2) on half of all (user, item) cells; the last
+    N_NEW_USERS users are left out of training."""
+    rng = np.random.default_rng(7)
+    n_users = N_TRAIN_USERS + N_NEW_USERS
+    U, V = rng.normal(size=(n_users, 2)), rng.normal(size=(N_ITEMS, 2))
+    b_u, b_i = 0.5 * rng.normal(size=n_users), 0.5 * rng.normal(size=N_ITEMS)
+    users, items = np.nonzero(rng.random((n_users, N_ITEMS)) < 0.5)
+    order = rng.permutation(len(users))  # each user's ratings in random order
+    users, items = users[order], items[order]
+    y = 3 + b_u[users] + b_i[items] + (U[users] * V[items]).sum(1) + 0.4 * rng.normal(size=len(users))
+    train = users < N_TRAIN_USERS
+    config = MWGPConfig(n_inducing=32, latent_dim=2, n_epochs=40, batch_size=256, lr=0.05, random_state=0,
+                        device="cpu", dtype="float64")
+    fit = fit_mwgp(np.stack([users[train], items[train]], 1), y[train], (N_TRAIN_USERS, N_ITEMS), config)
+    per_user = [(items[users == u], y[users == u]) for u in range(n_users)]
+    return fit.posterior, per_user
+
+
+def _user_rows(user: int, n_items: int = N_ITEMS) -> np.ndarray:
+    return np.stack([np.full(n_items, user), np.arange(n_items)], 1)
+
+
+def test_refolding_trained_users_recovers_their_predictions(synthetic) -> None:
+    """Folding in a trained user's own training ratings from a_u = 0 gives predictions close to the trained
+    model's for that user (RMS difference over all items < 15% of the cold-start predictor's, and < 0.1
+    rating units on average), and a predictive std within 10%. Not closer: a few Adam epochs leave the
+    trained users' parameters short of the optimum of their part of the ELBO (fold-in's gradient equals the
+    full-batch ELBO's there, and is not small), and fold-in goes the rest of the way, e.g. to lower noise
+    offsets. From the trained values (``init_user``) fold-in only improves the objective."""
+    post, per_user = synthetic
+    users = range(N_TRAIN_USERS)
+    folded = fold_in_many(post, [per_user[u] for u in users])
+    extended = post.with_extra_users(folded)
+    cold_mean = post.predict(_user_rows(-1))[0]
+    diff, cold, std_ratio = [], [], []
+    for u in users:
+        mean, var = post.predict(_user_rows(u))
+        mean_f, var_f = extended.predict(_user_rows(N_TRAIN_USERS + u))
+        diff.append(np.sqrt(np.mean((mean_f - mean) ** 2)))
+        cold.append(np.sqrt(np.mean((cold_mean - mean) ** 2)))
+        std_ratio.append(np.mean(np.sqrt(var_f / var)))
+    assert np.mean(diff) < 0.15 * np.mean(cold)
+    assert np.mean(diff) < 0.1
+    assert abs(np.mean(std_ratio) - 1) < 0.1
+    # from the trained values: the objective can only go up
+    for u in range(3):
+        items, ratings = per_user[u]
+        start = fold_in_objective(post, items, ratings, torch.as_tensor(post.embeddings[0][u]) - torch.as_tensor(
+            post.foldin["item_implicit"][items]).sum(0) / np.sqrt(len(items)), post.biases[0][u],
+            post.foldin["noise_offset_mean"][0][u], post.foldin["noise_offset_logvar"][0][u])
+        warm = fold_in(post, items, ratings, init_user=u)
+        assert warm.objective >= float(start) - 1e-9
+        np.testing.assert_allclose(fold_in(post, items, ratings, init_user=u, max_iter=1).input,
+                                   fold_in(post, items, ratings, init_user=u, max_iter=1).input)
+    # a known user re-folded in place keeps their index; the other users are untouched
+    replaced = post.with_replaced_users([4], [folded[4]])
+    np.testing.assert_allclose(replaced.predict(_user_rows(4))[0], extended.predict(_user_rows(N_TRAIN_USERS + 4))[0],
+                               rtol=1e-12)
+    np.testing.assert_array_equal(replaced.predict(_user_rows(5))[0], post.predict(_user_rows(5))[0])
+
+
+def test_zero_ratings_give_exactly_the_cold_start_user(synthetic) -> None:
+    post, per_user = synthetic
+    empty = fold_in(post, np.array([], dtype=int), np.array([]))
+    assert empty.cold and empty.n_ratings == 0 and empty.n_iter == 0
+    np.testing.assert_array_equal(empty.embedding, np.zeros(2))
+    some = fold_in(post, *per_user[N_TRAIN_USERS])
+    extended = post.with_extra_users([empty, some, empty])
+    for include_noise in (True, False):
+        want = post.predict(_user_rows(-1), include_noise)
+        for row in (N_TRAIN_USERS, N_TRAIN_USERS + 2):
+            got = extended.predict(_user_rows(row), include_noise)
+            np.testing.assert_array_equal(got[0], want[0])
+            np.testing.assert_array_equal(got[1], want[1])
+        assert not np.array_equal(extended.predict(_user_rows(N_TRAIN_USERS + 1), include_noise)[0], want[0])
+    ranked = top_n(extended, np.array([N_TRAIN_USERS, -1, N_TRAIN_USERS + 1]), n=5)
+    np.testing.assert_array_equal(ranked.items[0], ranked.items[1])
+    np.testing.assert_array_equal(ranked.std[0], ranked.std[1])
+    # an extended posterior keeps the cold rows when converted, saved, and extended again
+    np.testing.assert_array_equal(extended.to(dtype=torch.float32).predict(_user_rows(N_TRAIN_USERS))[1],
+                                  post.to(dtype=torch.float32).predict(_user_rows(-1))[1])
+    with torch.no_grad():  # fold-in works under no_grad too
+        assert fold_in(post, *per_user[N_TRAIN_USERS]).objective == some.objective
+    again = MWGPPosterior.from_state_dict(extended.state_dict()).with_extra_users([some])
+    np.testing.assert_array_equal(again.predict(_user_rows(N_TRAIN_USERS))[1], post.predict(_user_rows(-1))[1])
+
+
+def test_more_ratings_shrink_the_std_and_beat_cold_start_on_new_users(synthetic) -> None:
+    """New users (not in training) folded in from their first k ratings, scored on their ratings after the
+    15th: the predictive std falls with k (on average over users, for every step k >= 1), the std of the
+    latent rating (noise left out) for almost every user, and the RMSE with k = 15 is well below cold start's.
+    (The noise part can rise for a user: their ratings may show them to be noisier than the prior says.
+    From 0 to 1 rating the std can rise: cold start integrates over the learned population, a 1-rating user
+    has the model's wider N(0, 1/bias_reg) bias prior.)"""
+    post, per_user = synthetic
+    new = [per_user[N_TRAIN_USERS + h] for h in range(N_NEW_USERS)]
+    assert min(len(items) for items, _ in new) >= 18
+    held_out = [(items[15:], ratings[15:]) for items, ratings in new]
+    stds, latent_stds, rmses = [], [], []
+    for k in (0, 1, 3, 8, 15):
+        folded = fold_in_many(post, [(items[:k], ratings[:k]) for items, ratings in new])
+        extended = post.with_extra_users(folded)
+        errs, std, latent = [], [], []
+        for h, (items, ratings) in enumerate(held_out):
+            index = np.stack([np.full(len(items), N_TRAIN_USERS + h), items], 1)
+            mean, var = extended.predict(index)
+            errs.append((mean - ratings) ** 2)
+            std.append(np.sqrt(var).mean())
+            latent.append(np.sqrt(extended.predict(index, include_noise=False)[1]).mean())
+        stds.append(np.array(std))
+        latent_stds.append(np.array(latent))
+        rmses.append(float(np.sqrt(np.mean(np.concatenate(errs)))))
+    mean_std = [s.mean() for s in stds]
+    assert all(later < earlier for earlier, later in zip(mean_std[1:], mean_std[2:])), mean_std
+    assert np.mean(latent_stds[-1] < latent_stds[1]) > 0.9  # almost every user individually
+    assert np.mean(latent_stds[-1] < latent_stds[2]) > 0.9
+    assert rmses[-1] < 0.8 * rmses[0], rmses  # cold start = k = 0
+    assert rmses[-1] < rmses[2] < rmses[0], rmses
+    # ranking works on the extended posterior, excluding what the user rated
+    ranked = top_n(extended, np.arange(N_TRAIN_USERS, N_TRAIN_USERS + 3), n=4,
+                   exclude=[items[:15] for items, _ in new[:3]])
+    assert not any(set(ranked.items[h]) & set(new[h][0][:15].tolist()) for h in range(3))
+
+
+# -- persistence -------------------------------------------------------------------------------------------
+def test_state_round_trip_keeps_what_fold_in_needs_and_old_states_still_load(synthetic) -> None:
+    post, per_user = synthetic
+    items, ratings = per_user[N_TRAIN_USERS + 1]
+    want = fold_in(post, items, ratings)
+    buffer = io.BytesIO()  # as the adapters save: torch.save of the state, loaded with weights_only=True
+    torch.save(post.state_dict(), buffer)
+    buffer.seek(0)
+    loaded = MWGPPosterior.from_state_dict(torch.load(buffer, weights_only=True))
+    got = fold_in(loaded, items, ratings)
+    for name in ("input", "input_var"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(want, name))
+    assert (got.bias, got.noise_scale, got.objective) == (want.bias, want.noise_scale, want.objective)
+    # float32 and back: fold-in still runs (in float64) and agrees to float32 round-off
+    single = fold_in(post.to(dtype=torch.float32), items, ratings)
+    np.testing.assert_allclose(single.input, want.input, rtol=1e-4, atol=1e-5)
+    # a state written before fold-in existed loads and predicts as before; fold-in says why it cannot run
+    old = {k: v for k, v in post.state_dict().items() if k not in ("foldin", "cold_users")}
+    old_post = MWGPPosterior.from_state_dict(old)
+    np.testing.assert_array_equal(old_post.predict(_user_rows(3))[1], post.predict(_user_rows(3))[1])
+    assert old_post.foldin is None and old_post.cold_users is None
+    with pytest.raises(ValueError, match="saved before fold-in existed.*refit"):
+        fold_in(old_post, items, ratings)
+    # an old posterior can still take folded users from a new one (cold rows included)
+    assert old_post.with_extra_users([want]).n_levels[0] == N_TRAIN_USERS + 1
+
+
+def test_a_posterior_built_without_its_priors_refuses_fold_in() -> None:
+    mod, _ = _random_model(True, True)
+    post = MWGPPosterior.from_module(mod, RATING_MEAN, RATING_STD, JITTER)
+    with pytest.raises(ValueError, match="without its priors.*embedding_reg"):
+        fold_in(post, ITEMS, np.ones(len(ITEMS)))
+
+
+# -- bad input ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("items,ratings,needle", [
+    ([0, 9], [1.0, 2.0], r"item indices must lie in \[0, 9\)"),
+    ([-1, 2], [1.0, 2.0], r"item indices must lie in \[0, 9\)"),
+    ([1, 2, 1], [1.0, 2.0, 3.0], r"repeats item\(s\) \[1\]"),
+    ([1, 2], [1.0, np.nan], "ratings must be finite; 1 are NaN/inf"),
+    ([1, 2], [np.inf, 1.0], "ratings must be finite"),
+    ([1, 2, 3], [1.0, 2.0], "same length, got 3 and 2"),
+    ([[1, 2]], [[1.0, 2.0]], "1-d array of item indices"),
+    ([1.0, 2.0], [1.0, 2.0], "integer item indices"),
+    ([1, 2], ["a", "b"], "real numbers"),
+])
+def test_bad_ratings_are_refused_with_a_clear_message(items, ratings, needle) -> None:
+    _, post = _random_model(True, True)
+    with pytest.raises(ValueError, match=needle):
+        fold_in(post, np.asarray(items), np.asarray(ratings))
+
+
+def test_bad_arguments_are_refused_with_a_clear_message() -> None:
+    _, post = _random_model(True, True)
+    with pytest.raises(ValueError, match=r"`init_user` must be None or a user index in \[0, 6\)"):
+        fold_in(post, ITEMS, np.ones(len(ITEMS)), init_user=6)
+    with pytest.raises(ValueError, match="`init_user`"):
+        fold_in(post, ITEMS, np.ones(len(ITEMS)), init_user=True)
+    with pytest.raises(ValueError, match="`max_iter` must be an int >= 1"):
+        fold_in(post, ITEMS, np.ones(len(ITEMS)), max_iter=0)
+    with pytest.raises(ValueError, match="`tol` must be a finite number > 0"):
+        fold_in(post, ITEMS, np.ones(len(ITEMS)), tol=-1.0)
+    with pytest.raises(ValueError, match=r"user 1: .*repeats item"):
+        fold_in_many(post, [(ITEMS, np.ones(5)), ([1, 1], [2.0, 3.0])])
+    with pytest.raises(ValueError, match="one entry per user"):
+        fold_in_many(post, [(ITEMS, np.ones(5))], init_users=[0, 1])
+    with pytest.raises(ValueError, match="an \\(items, ratings\\) pair"):
+        fold_in_many(post, [ITEMS])
+    with pytest.raises(ValueError, match="must be an MWGPPosterior"):
+        fold_in(post.state_dict(), ITEMS, np.ones(5))
+    with pytest.raises(ValueError, match="not a FoldedUser"):
+        post.with_extra_users([{"input": np.zeros(R)}])
+    with pytest.raises(ValueError, match=r"`rows` must lie in \[0, 6\)"):
+        post.with_replaced_users([6], [fold_in(post, ITEMS, np.ones(5))])
+    with pytest.raises(ValueError, match="latent dimension is 2"):
+        user = fold_in(post, ITEMS, np.ones(5))
+        post.with_extra_users([FoldedUser(**{**user.__dict__, "input": np.zeros(3)})])
+
+
+def test_models_with_context_factors_are_refused() -> None:
+    mod = random_module((4, 5, 3), R, M, seed=0, heteroscedastic=True)
+    post = MWGPPosterior.from_module(mod, 0.0, 1.0, JITTER, embedding_reg=1.0, bias_reg=1.0)
+    with pytest.raises(ValueError, match="has 3 factors \\(context factors are not supported\\)"):
+        fold_in(post, [0, 1], [1.0, 2.0])
