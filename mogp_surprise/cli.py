@@ -1,4 +1,4 @@
-"""Command line: ``mogp-surprise demo`` (and more subcommands). The only module that prints."""
+"""Command line: ``mogp-surprise demo | compare | qp-plot | fit | recommend | predict``. The only module that prints."""
 from __future__ import annotations
 
 import argparse
@@ -6,6 +6,8 @@ import json
 import logging
 import sys
 from typing import Sequence
+
+import numpy as np
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -27,6 +29,15 @@ def _demo(args: argparse.Namespace) -> int:
     c = result.cold_start
     print(f"\nCold start: a user never seen in training, item {c['item']}: mean {c['mean']:.2f}, "
           f"std {c['std']:.2f} (average std over known test pairs: {c['mean_std_known']:.2f})")
+    rec = result.recommendations
+    fmt = {"mean": lambda v: f"{v:.2f}", "std": lambda v: f"{v:.2f}"}
+    print(f"\nTop 5 for user {rec['user']} (a typical user of the training data):")
+    print(rec["user_top"].to_string(index=False, formatters=fmt))
+    print("\nTop 5 for a new user, before any rating (cold start: the population's favourites):")
+    print(rec["new_top"].to_string(index=False, formatters=fmt))
+    shown = ", ".join(f"{item}={r:g}" for item, r in rec["new_ratings"].items())
+    print(f"\n... and after folding in their ratings {shown} (no refit; mogp-surprise recommend --rate):")
+    print(rec["new_top_folded"].to_string(index=False, formatters=fmt))
     return 0
 
 
@@ -88,6 +99,159 @@ def _qp_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- serving: fit, recommend, predict --------------------------------------------------------------
+Z90 = 1.6448536269514722  # the 90 % central interval is mean +- Z90 * std
+
+
+def _fit(args: argparse.Namespace) -> int:
+    import time
+
+    from .adapters.surprise_algo import MWGP
+    from .datasets import load_item_titles, load_ratings, to_surprise_dataset
+
+    if args.ratings:
+        df = _read_ratings_file(args.ratings, args.sep)
+        scale = tuple(args.rating_scale) if args.rating_scale else (float(df.rating.min()), float(df.rating.max()))
+        titles, source = None, f"{args.ratings} ({len(df):,} ratings)"
+    else:
+        df = load_ratings(args.dataset, data_dir=args.data_dir, download=not args.no_download)
+        from .datasets import DATASETS
+        scale = tuple(args.rating_scale) if args.rating_scale else DATASETS[args.dataset].rating_scale
+        titles, source = load_item_titles(args.dataset, args.data_dir), f"{args.dataset} ({len(df):,} ratings)"
+    trainset = to_surprise_dataset(df[["user", "item", "rating"]], rating_scale=scale).build_full_trainset()
+    params = {"random_state": args.seed, **(json.loads(args.params) if args.params else {})}
+    print(f"Fitting MW-GP on {source}: {trainset.n_users:,} users, {trainset.n_items:,} items, rating scale "
+          f"{scale[0]:g}..{scale[1]:g}")
+    started = time.perf_counter()
+    algo = MWGP(**params, verbose=not args.no_progress).fit(trainset)
+    elapsed = time.perf_counter() - started
+    if titles is not None:
+        algo.item_names_ = titles
+    algo.save(args.out)
+    mean, _ = algo.predict_dist(trainset.build_testset())
+    y = np.array([r for (_, _, r) in trainset.all_ratings()])
+    est = np.clip(mean, *scale)
+    print(f"Trained on {trainset.n_ratings:,} ratings in {elapsed:.1f} s ({len(algo.loss_history_)} epochs); "
+          f"training RMSE {np.sqrt(np.mean((est - y) ** 2)):.4f}, MAE {np.mean(np.abs(est - y)):.4f}. "
+          f"Saved to {args.out}")
+    return 0
+
+
+def _read_ratings_file(path: str, sep: str):
+    """user, item, rating[, ...] rows of a text file (ids kept as strings); a header row is skipped."""
+    import pandas as pd
+
+    df = pd.read_csv(path, sep=sep, header=None, dtype=str, engine="python", skip_blank_lines=True)
+    if df.shape[1] < 3:
+        raise ValueError(f"{path}: expected at least 3 columns (user, item, rating) separated by {sep!r}, got "
+                         f"{df.shape[1]}; pass --sep")
+    df = df.iloc[:, :3].set_axis(["user", "item", "rating"], axis=1)
+    ratings = pd.to_numeric(df["rating"], errors="coerce")
+    if len(df) and np.isnan(ratings.iloc[0]):  # a header row
+        df, ratings = df.iloc[1:], ratings.iloc[1:]
+    bad = ratings.isna() | ~np.isfinite(ratings)
+    if bad.any():
+        row = int(np.flatnonzero(bad.to_numpy())[0])
+        raise ValueError(f"{path}: {int(bad.sum())} rating(s) are not numbers (first: {df['rating'].iloc[row]!r})")
+    return df.assign(user=df["user"].str.strip(), item=df["item"].str.strip(), rating=ratings.astype(float))
+
+
+def _load_model(path: str):
+    from .adapters.surprise_algo import MWGP
+
+    return MWGP.load(path)
+
+
+def _resolve(mapping, raw: str):
+    """A raw id from the command line as the model knows it: the string, else the same id as an int."""
+    from .adapters._common import id_twin
+
+    if raw in mapping:
+        return raw
+    twin = id_twin(raw)
+    return twin if twin is not None and twin in mapping else raw
+
+
+def _parse_rates(algo, rates: list[str]) -> dict:
+    out = {}
+    for entry in rates:
+        item, sep, value = entry.rpartition("=")
+        if not sep or not item:
+            raise ValueError(f"--rate takes ITEM=RATING, got {entry!r}")
+        try:
+            out[_resolve(algo.trainset._raw2inner_id_items, item)] = float(value)
+        except ValueError:
+            raise ValueError(f"--rate {entry!r}: the rating {value!r} is not a number") from None
+    if len(out) != len(rates):
+        raise ValueError("--rate gives an item more than once")
+    return out
+
+
+def _title(algo, item) -> str:
+    names = getattr(algo, "item_names_", None) or {}
+    return names.get(str(item), "")
+
+
+def _recommend(args: argparse.Namespace) -> int:
+    algo = _load_model(args.model)
+    user = _resolve(algo.trainset._raw2inner_id_users, args.user)
+    known = user in algo.trainset._raw2inner_id_users
+    ratings = _parse_rates(algo, args.rate) if args.rate else None
+    frame = algo.recommend(user, n=args.n, strategy=args.strategy, kappa=args.kappa, ratings=ratings)
+    if ratings:
+        print(f"User {user}: {len(ratings)} rating(s) folded in" + (" on top of their training ratings" if known
+                                                                   else " (not in the training data)"))
+    elif not known:
+        print(f"User {user} is not in the model and no --rate was given: cold-start ranking (the population's)")
+    score = {"mean": "mean", "lcb": f"mean - {args.kappa:g} std", "ucb": f"mean + {args.kappa:g} std"}[args.strategy]
+    print(f"Top {len(frame)} by {score}; 90 % interval: mean +- {Z90:.3f} std, within the rating scale")
+    _print_rows(algo, frame)
+    return 0
+
+
+def _print_rows(algo, frame) -> None:
+    """One line per item: [rank,] item, [title,] mean, std and the 90 % interval within the rating scale."""
+    has_titles = bool(getattr(algo, "item_names_", None))
+    low, high = algo.trainset.rating_scale
+    ranked = "rank" in frame
+    rows = []
+    for _, r in frame.iterrows():
+        row = ([str(r["rank"])] if ranked else []) + [str(r["item"])]
+        if has_titles:
+            row.append(_title(algo, r["item"])[:45])
+        lo, hi = max(low, r["mean"] - Z90 * r["std"]), min(high, r["mean"] + Z90 * r["std"])
+        row += [f"{r['mean']:.2f}", f"{r['std']:.2f}", f"[{lo:.2f}, {hi:.2f}]"]
+        rows.append(row)
+    head = (["rank"] if ranked else []) + ["item"] + (["title"] if has_titles else []) + ["mean", "std", "90 % interval"]
+    widths = [max(len(h), *(len(row[k]) for row in rows)) if rows else len(h) for k, h in enumerate(head)]
+    for line in [head, *rows]:
+        print("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip())
+
+
+def _predict(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    algo = _load_model(args.model)
+    user = _resolve(algo.trainset._raw2inner_id_users, args.user)
+    item = _resolve(algo.trainset._raw2inner_id_items, args.item)
+    mean, var = algo.predict_dist(user, item)
+    notes = [f"user {user} is not in the model (cold start)"] if user not in algo.trainset._raw2inner_id_users else []
+    if item not in algo.trainset._raw2inner_id_items:
+        notes.append(f"item {item} is not in the model (cold start)")
+    for note in notes:
+        print(note)
+    _print_rows(algo, pd.DataFrame({"item": [item], "mean": [mean], "std": [float(np.sqrt(var))]}))
+    return 0
+
+
+def _data_options(parser: argparse.ArgumentParser, what: str = "folder holding the data set") -> None:
+    """The options every command that loads data and fits MW-GP shares."""
+    parser.add_argument("--data-dir", default=None, help=f"{what} (None: $MOGP_DATA, then Surprise's cache)")
+    parser.add_argument("--no-download", action="store_true", help="never try Surprise's downloader")
+    parser.add_argument("--params", default=None, help="MW-GP hyper-parameters as JSON, e.g. '{\"n_inducing\": 64}' "
+                                                       "(None: the defaults)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mogp-surprise", description="Uncertainty-aware recommenders (MW-GP).",
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -95,13 +259,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     fmt = {"formatter_class": argparse.ArgumentDefaultsHelpFormatter}  # every --help states the defaults
     demo = sub.add_parser("demo", help="MW-GP next to Surprise SVD on MovieLens 100K", **fmt)
-    demo.add_argument("--data-dir", default=None,
-                      help="folder holding ml-100k/ (None: $MOGP_DATA, then Surprise's cache/downloader)")
-    demo.add_argument("--no-download", action="store_true", help="never try Surprise's downloader")
+    _data_options(demo, "folder holding ml-100k/")
     demo.add_argument("--quick", action="store_true", help="a 3-epoch fit (smoke test)")
     demo.add_argument("--seed", type=int, default=0, help="seed of the split and of both models")
-    demo.add_argument("--params", default=None,
-                      help='MW-GP hyper-parameters as JSON, e.g. \'{"n_inducing": 64}\' (None: the defaults)')
     demo.set_defaults(func=_demo)
 
     from .compare import ALGORITHMS  # light: algorithms are imported when they run
@@ -116,9 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "myfm (needs the myfm extra)")
     cmp_.add_argument("--out", default="results", help="output folder (tables, curves, PNG plots)")
     cmp_.add_argument("--seed", type=int, default=0, help="seed of the folds and of every algorithm")
-    cmp_.add_argument("--params", default=None, help="MW-GP hyper-parameters as JSON (None: the defaults)")
-    cmp_.add_argument("--data-dir", default=None, help="data folder (None: $MOGP_DATA, then Surprise's cache)")
-    cmp_.add_argument("--no-download", action="store_true", help="never try Surprise's downloader")
+    _data_options(cmp_)
     cmp_.add_argument("--allow-synthetic", action="store_true", help="fall back to synthetic data if none found")
     cmp_.add_argument("--reuse", nargs="+", default=None, metavar="ALGO",
                       help="take these algorithms' per-fold results from an earlier run on the same folds "
@@ -128,6 +286,38 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--title", default=None, help="title of the table and plots (None: data set and folds)")
     cmp_.add_argument("--no-progress", action="store_true", help="no progress bars")
     cmp_.set_defaults(func=_compare)
+
+    fit = sub.add_parser("fit", help="fit MW-GP on a data set or a ratings file and save the model", **fmt)
+    src = fit.add_mutually_exclusive_group()
+    src.add_argument("--dataset", default="ml-100k", choices=["ml-100k", "ml-1m", "ml-10m", "jester"],
+                     help="a built-in data set (item titles are kept where the data set has them)")
+    src.add_argument("--ratings", default=None, metavar="FILE",
+                     help="a text file of user, item, rating[, ...] rows (ids as strings; a header row is skipped)")
+    fit.add_argument("--sep", default=",", help="column separator of --ratings (e.g. '\t')")
+    fit.add_argument("--rating-scale", type=float, nargs=2, default=None, metavar=("LOW", "HIGH"),
+                     help="rating scale (None: the data set's, or the file's smallest and largest rating)")
+    fit.add_argument("--out", default="model.pt", help="where to save the model")
+    fit.add_argument("--seed", type=int, default=0, help="random_state of the fit")
+    _data_options(fit)
+    fit.add_argument("--no-progress", action="store_true", help="no progress bar")
+    fit.set_defaults(func=_fit)
+
+    rec = sub.add_parser("recommend", help="top-N items for a user from a saved model, with uncertainty", **fmt)
+    rec.add_argument("--model", required=True, help="a model file written by `mogp-surprise fit` or MWGP.save")
+    rec.add_argument("--user", required=True, help="raw user id (unknown: cold start, or folded in with --rate)")
+    rec.add_argument("-n", type=int, default=10, help="number of items")
+    rec.add_argument("--strategy", default="mean", choices=["mean", "lcb", "ucb"],
+                     help="rank by mean, mean - kappa*std (risk-averse) or mean + kappa*std (exploratory)")
+    rec.add_argument("--kappa", type=float, default=1.0, help="kappa of lcb/ucb")
+    rec.add_argument("--rate", nargs="+", default=None, metavar="ITEM=RATING",
+                     help="the user's ratings to fold in for this ranking (no refit)")
+    rec.set_defaults(func=_recommend)
+
+    pred = sub.add_parser("predict", help="predicted rating of one user and item, with its std and interval", **fmt)
+    pred.add_argument("--model", required=True, help="a model file written by `mogp-surprise fit` or MWGP.save")
+    pred.add_argument("--user", required=True, help="raw user id")
+    pred.add_argument("--item", required=True, help="raw item id")
+    pred.set_defaults(func=_predict)
 
     plot = sub.add_parser("qp-plot", help="re-draw the QP and calibration plots from saved compare results", **fmt)
     plot.add_argument("results", help="folder written by `mogp-surprise compare --out`")

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .datasets import load_ratings, make_synthetic_ratings, to_surprise_dataset
+from .datasets import load_item_titles, load_ratings, make_synthetic_ratings, to_surprise_dataset
 from .datasets.loaders import DATASETS
 
 
@@ -23,6 +23,7 @@ class LoadedData:
     source: str
     synthetic: bool = False
     reason: str = ""  # for synthetic stand-ins: why the real data could not be loaded (where we looked)
+    titles: dict | None = None  # raw item id -> title, where the data set has titles
 
     def describe(self) -> str:
         """Where the ratings come from; for a synthetic stand-in also why the real data were not loaded."""
@@ -52,7 +53,8 @@ def load_or_synthesize(name: str = "ml-100k", data_dir: str | Path | None = None
     """
     try:
         df = load_ratings(name, data_dir=data_dir, download=download)
-        return LoadedData(name, df, DATASETS[name].rating_scale, f"{name} ({len(df):,} ratings)")
+        return LoadedData(name, df, DATASETS[name].rating_scale, f"{name} ({len(df):,} ratings)",
+                          titles=load_item_titles(name, data_dir))
     except (FileNotFoundError, OSError) as exc:
         return synthetic(synthetic_size, random_state, reason=str(exc))
 
@@ -63,6 +65,8 @@ class DemoResult:
     table: pd.DataFrame  # one row per algorithm
     examples: pd.DataFrame  # a few test predictions with their std
     cold_start: dict[str, Any] = field(default_factory=dict)
+    # top-5 of one training user, and of a new user before and after folding in a few ratings
+    recommendations: dict[str, Any] = field(default_factory=dict)
 
 
 def run_demo(data: LoadedData, mwgp_params: dict[str, Any] | None = None, test_size: float = 0.2,
@@ -100,4 +104,25 @@ def run_demo(data: LoadedData, mwgp_params: dict[str, Any] | None = None, test_s
     cold_mean, cold_var = mwgp.predict_dist("<a user never seen>", known_item)
     known_std = float(np.mean([p.details["std"] for p in mwgp_pred]))
     cold = {"item": known_item, "mean": cold_mean, "std": float(np.sqrt(cold_var)), "mean_std_known": known_std}
-    return DemoResult(data.source, pd.DataFrame(rows), examples, cold)
+    return DemoResult(data.source, pd.DataFrame(rows), examples, cold, _demo_recommendations(mwgp, trainset, data))
+
+
+def _demo_recommendations(mwgp, trainset, data: LoadedData, n: int = 5) -> dict[str, Any]:
+    """Top-n of a typical training user (median number of ratings), and of a new user before and after
+    folding in another training user's ratings of a few of the most rated items."""
+    def titled(frame: pd.DataFrame) -> pd.DataFrame:
+        names = data.titles or {}
+        return frame.assign(title=[names.get(str(i), "") for i in frame["item"]])[
+            ["rank", "item", "title", "mean", "std"]] if names else frame[["rank", "item", "mean", "std"]]
+
+    users = sorted(trainset.ur, key=lambda u: -len(trainset.ur[u]))
+    user = trainset.to_raw_uid(users[len(users) // 2])
+    popular = sorted(trainset.ir, key=lambda i: -len(trainset.ir[i]))[:40]
+    donor = dict(trainset.ur[users[len(users) // 4]])  # another, frequent rater
+    rated = {trainset.to_raw_iid(i): donor[i] for i in popular if i in donor}
+    rated = dict(list(rated.items())[:5])
+    new = "a new user"
+    return {"user": user, "user_top": titled(mwgp.recommend(user, n=n)),
+            "new_top": titled(mwgp.recommend(new, n=n)),
+            "new_ratings": rated, "new_top_folded": titled(mwgp.recommend(new, n=n, ratings=rated)),
+            "titles": data.titles is not None}

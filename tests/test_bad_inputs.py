@@ -15,6 +15,8 @@ Everything is tiny (1 epoch, 4 inducing points) so the whole table runs in secon
 """
 from __future__ import annotations
 
+import copy
+
 import pickle
 import re
 import warnings
@@ -596,6 +598,22 @@ TABLE = [
     row(lambda c: fit_sk(XY, Y, lr=1e6, n_epochs=3),
         Raises(NumericalError, r"(?s)(parameters diverged|loss became).*[Ll]ower `lr`"),
         "hyper/sklearn/lr=1e6-diverges"),
+    # ---------------------------------------------------------------- fold-in ---------------------
+    *[row(lambda c, api=api, r=r: (c.su if api == "surprise" else c.sk).recommend("new", ratings=r),
+          Raises(ValueError, pattern), f"foldin/{api}/{label}")
+      for api in ADAPTERS
+      for r, pattern, label in (({10 ** 6: 3.0}, r"not in the training data: \[1000000\]", "unknown-item"),
+                                ({int(DF.item[0]): 9.0}, r"must lie in the rating scale", "rating-outside-scale"),
+                                ([(int(DF.item[0]), 3.0)] * 2, r"more than once", "duplicate-item"),
+                                ({int(DF.item[0]): float("nan")}, r"must be finite", "nan-rating"),
+                                ("50", r"must be a dict", "str-ratings"))],
+    row(lambda c: c.su.recommend("new", ratings={int(DF.item[0]): 3.0}, kappa=-1.0),
+        Raises(ValueError, r"`kappa` must be a finite number >= 0"), "foldin/surprise/kappa<0"),
+    row(lambda c: c.sk.recommend("new", n=0, ratings={int(DF.item[0]): 3.0}),
+        Raises(ValueError, r"`n` must be an int >= 1"), "foldin/sklearn/n=0"),
+    row(lambda c: copy.deepcopy(c.su).fold_in("new", []),
+        Ok(lambda m: m.predict_dist("new", int(DF.item[0])) == m.predict_dist("other", int(DF.item[0]))
+           or pytest.fail("not the cold-start answer")), "foldin/surprise/empty-ratings-cold-start"),
     # ---------------------------------------------------------------- prediction ------------------
     row(lambda c: MWGPRegressor(**TINY).predict(XY), Raises(SklearnNotFittedError, r"not fitted yet"),
         "predict/sklearn/predict-before-fit"),

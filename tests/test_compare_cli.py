@@ -214,7 +214,7 @@ def test_compare_without_matplotlib_prints_the_table_and_skips_the_plots(tiny_ml
     assert "matplotlib is not installed" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command", ["demo", "compare", "qp-plot"])
+@pytest.mark.parametrize("command", ["demo", "compare", "qp-plot", "fit", "recommend", "predict"])
 def test_every_help_states_the_defaults(command, capsys):
     from mogp_surprise.cli import build_parser
 
@@ -233,3 +233,66 @@ def test_every_help_states_the_defaults(command, capsys):
 def test_cli_output_folder_is_ignored_by_git():
     ignored = (REPO / ".gitignore").read_text().split()
     assert "/results/" in ignored  # `mogp-surprise compare` writes to results/ by default
+
+
+# -- serving: fit, recommend, predict ---------------------------------------------------------------
+@pytest.fixture(scope="module")
+def saved_model(tiny_ml100k, tmp_path_factory):
+    """`mogp-surprise fit` on the tiny ML-100K copy, with a u.item file of titles next to u.data."""
+    items = sorted({line.split("\t")[1] for line in (tiny_ml100k / "ml-100k" / "u.data").read_text().splitlines()},
+                   key=int)
+    (tiny_ml100k / "ml-100k" / "u.item").write_text(
+        "".join(f"{i}|Movie number {i} (1999)|01-Jan-1999||http://x|0|1\n" for i in items), encoding="latin-1")
+    path = tmp_path_factory.mktemp("model") / "model.pt"
+    assert main(["fit", "--dataset", "ml-100k", "--data-dir", str(tiny_ml100k), "--out", str(path),
+                 "--params", '{"n_epochs": 3, "n_inducing": 16}', "--no-progress"]) == 0
+    return path
+
+
+def test_cli_fit_saves_a_model_and_states_rmse_and_time(saved_model, capsys):
+    from mogp_surprise import MWGP
+
+    algo = MWGP.load(saved_model)
+    assert algo.trainset.n_ratings == 1200 and algo.item_names_["1"] == "Movie number 1 (1999)"
+
+
+def test_cli_fit_reads_a_ratings_file(tmp_path, capsys):
+    lines = ["user,item,rating"] + [f"u{k % 30},i{k % 17},{1 + k % 5}" for k in range(600)]
+    (tmp_path / "r.csv").write_text("\n".join(lines))
+    rc = main(["fit", "--ratings", str(tmp_path / "r.csv"), "--out", str(tmp_path / "m.pt"), "--params",
+               '{"n_epochs": 2, "n_inducing": 8}', "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "Trained on 600 ratings in" in out and "training RMSE" in out
+    assert "rating scale 1..5" in out
+    (tmp_path / "bad.csv").write_text("u1,i1,3\nu2,i2,good\nu3,i1,4\n")
+    assert main(["fit", "--ratings", str(tmp_path / "bad.csv"), "--out", str(tmp_path / "b.pt")]) == 2
+    assert "not numbers (first: 'good')" in capsys.readouterr().err
+
+
+def test_cli_recommend_shows_titles_std_and_intervals_and_folds_in(saved_model, capsys):
+    assert main(["recommend", "--model", str(saved_model), "--user", "1", "-n", "4"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split() == ["rank", "item", "title", "mean", "std", "90", "%", "interval"]
+    assert len(out) == 2 + 4 and "Movie number" in out[2] and "[" in out[2]
+    assert main(["recommend", "--model", str(saved_model), "--user", "stranger", "-n", "3"]) == 0
+    assert "cold-start ranking" in capsys.readouterr().out
+    assert main(["recommend", "--model", str(saved_model), "--user", "stranger", "-n", "3", "--strategy", "lcb",
+                 "--rate", "1=5", "2=1", "3=4"]) == 0
+    out = capsys.readouterr().out
+    assert "3 rating(s) folded in (not in the training data)" in out and "mean - 1 std" in out
+    assert not any(line.split()[1] in {"1", "2", "3"} for line in out.splitlines()[2:])  # rated: excluded
+    assert main(["recommend", "--model", str(saved_model), "--user", "x", "--rate", "1=9"]) == 2
+    assert "rating scale [1, 5]" in capsys.readouterr().err
+    assert main(["recommend", "--model", str(saved_model), "--user", "x", "--rate", "nope=3"]) == 2
+    assert "not in the training data: ['nope']" in capsys.readouterr().err
+
+
+def test_cli_predict_prints_mean_std_and_interval(saved_model, capsys):
+    from mogp_surprise import MWGP
+
+    assert main(["predict", "--model", str(saved_model), "--user", "1", "--item", "2"]) == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    mean, var = MWGP.load(saved_model).predict_dist("1", "2")
+    assert f"{mean:.2f}" in line and f"{np.sqrt(var):.2f}" in line and "Movie number 2" in line
+    assert main(["predict", "--model", str(saved_model), "--user", "nobody", "--item", "2"]) == 0
+    assert "user nobody is not in the model (cold start)" in capsys.readouterr().out

@@ -31,12 +31,13 @@ WITH_CODE = [p for p in DOCUMENTS if _examples(p)]
 
 
 def _small_ratings(name: str = "ml-100k", *args, **kwargs) -> pd.DataFrame:
-    """A seeded 5 % sample of the real ratings, or seeded synthetic ones with str ids without the files."""
+    """A seeded 5 % sample of the real ratings, or seeded synthetic ones with MovieLens-like str ids
+    ("1", "2", ...) without the files."""
     try:
         df = load_ratings(name, *args, **kwargs)
     except (FileNotFoundError, OSError):
         df = make_synthetic_ratings(n_users=300, n_items=400, n_ratings=5_000, random_state=0)
-        return df.assign(user=df["user"].astype(str), item=df["item"].astype(str))
+        return df.assign(user=df["user"].str[1:], item=df["item"].str[1:])  # "u12" -> "12", as MovieLens
     return df.sample(frac=0.05, random_state=0).reset_index(drop=True)
 
 

@@ -187,3 +187,66 @@ def recommend_frame(posterior: MWGPPosterior, raw_users: Sequence[Any], inner_us
     users = np.asarray(list(raw_users), dtype=object)
     return pd.DataFrame({"user": users[rows], "rank": ranks + 1, "item": np.asarray(raw_items, dtype=object)[
         result.items[valid]], "mean": result.mean[valid], "std": result.std[valid], "score": result.score[valid]})
+
+
+def check_fold_ratings(ratings: Any, encode_items: Callable[[list], np.ndarray],
+                       rating_range: tuple[float, float] | None) -> tuple[np.ndarray, np.ndarray]:
+    """Validated (inner item indices, ratings) of the ratings one user gives to fold in.
+
+    ``ratings``: a dict ``{item: rating}`` or an iterable of ``(item, rating)`` pairs of raw item ids;
+    empty means no ratings (the user is the cold-start user). Unknown item ids, repeated items,
+    non-numeric, non-finite or out-of-range ratings raise ``ValueError`` naming them.
+    """
+    if isinstance(ratings, (str, bytes)) or ratings is None:
+        raise ValueError(f"`ratings` must be a dict {{item: rating}} or a sequence of (item, rating) pairs, "
+                         f"got {ratings!r}")
+    pairs = list(ratings.items()) if isinstance(ratings, dict) else list(ratings)
+    for pos, pair in enumerate(pairs):
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise ValueError(f"`ratings` must hold (item, rating) pairs; entry {pos} is {pair!r}")
+    raw_items = [p[0] for p in pairs]
+    values = np.empty(len(pairs), dtype=np.float64)
+    for pos, (item, value) in enumerate(pairs):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.number)):
+            raise ValueError(f"the rating of item {item!r} must be a number, got {value!r}")
+        values[pos] = float(value)
+        if not np.isfinite(values[pos]):
+            raise ValueError(f"the rating of item {item!r} must be finite, got {value!r}")
+    if rating_range is not None:
+        low, high = rating_range
+        bad = [(i, v) for i, v in zip(raw_items, values.tolist()) if not low <= v <= high]
+        if bad:
+            raise ValueError(f"ratings must lie in the rating scale [{low:g}, {high:g}]; got {len(bad)} outside "
+                             f"it: {bad[:5]}")
+    items = encode_items(raw_items) if raw_items else np.empty(0, dtype=np.int64)
+    unknown = [raw for raw, code in zip(raw_items, items.tolist()) if code < 0]
+    if unknown:
+        raise ValueError(f"{len(unknown)} rated item id(s) are not in the training data: {unknown[:5]}. Fold-in "
+                         "learns a user from items the model knows; leave these out (or refit with them)")
+    codes, counts = np.unique(items, return_counts=True)
+    if (counts > 1).any():
+        repeated = sorted({raw for raw, code in zip(raw_items, items.tolist()) if code in set(codes[counts > 1])},
+                          key=str)
+        raise ValueError(f"`ratings` rates item(s) {repeated[:5]} more than once; give each item one rating")
+    return items.astype(np.int64), values
+
+
+def fold_in_user(posterior: MWGPPosterior, user: int, known: tuple[np.ndarray, np.ndarray] | None,
+                 items: np.ndarray, values: np.ndarray) -> tuple[MWGPPosterior, int, np.ndarray, np.ndarray]:
+    """The posterior with one user's ratings folded in, the user's row, and all the user's (items, ratings).
+
+    ``user`` is the inner index of a known user (-1 for a new one) and ``known`` that user's training
+    (items, ratings): a known user is folded in again from the union (a new rating of an item replaces
+    the old one) starting from their fitted values, in their own row; a new user gets a new row.
+    """
+    from ..core.foldin import fold_in
+
+    if user >= 0 and known is not None:
+        old_items, old_values = known
+        keep = ~np.isin(old_items, items)
+        items = np.concatenate([old_items[keep], items]).astype(np.int64)
+        values = np.concatenate([old_values[keep], values])
+        folded = fold_in(posterior, items, values, init_user=user)
+        return posterior.with_replaced_users([user], [folded]), user, items, values
+    folded = fold_in(posterior, items, values)
+    return posterior.with_extra_users([folded]), posterior.n_levels[0], items, values

@@ -49,6 +49,9 @@ def save_model(estimator: Any, path: str | os.PathLike, state: dict[str, Any]) -
                      "fit_time": float(estimator.fit_time_)},
         "state": state,
     }
+    names = getattr(estimator, "item_names_", None)
+    if names is not None:  # optional display names of the items, e.g. movie titles
+        payload["item_names"] = {str(k): str(v) for k, v in dict(names).items()}
     torch.save(payload, os.fspath(path))
 
 
@@ -86,4 +89,6 @@ def load_model(cls: type, path: str | os.PathLike, device: Any = None) -> tuple[
     estimator.posterior_ = post if device is None else post.to(device=torch.device(device))
     estimator.loss_history_ = list(payload["training"]["loss_history"])
     estimator.fit_time_ = float(payload["training"]["fit_time"])
+    if payload.get("item_names") is not None:
+        estimator.item_names_ = dict(payload["item_names"])
     return estimator, payload["state"]

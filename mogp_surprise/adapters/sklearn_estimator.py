@@ -12,7 +12,8 @@ from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.validation import check_is_fitted
 
 from ..core.trainer import fit_mwgp
-from ._common import PARAMS_DOC, HyperParamsMixin, IdEncoder, check_id_column, recommend_frame, warn_id_twins
+from ._common import (PARAMS_DOC, HyperParamsMixin, IdEncoder, check_fold_ratings, check_id_column, fold_in_user,
+                      recommend_frame, warn_id_twins)
 from .persistence import load_model, save_model
 
 class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
@@ -58,7 +59,8 @@ class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
         self.encoders_ = [enc for enc, _ in fitted]
         index = np.stack([codes for _, codes in fitted], axis=1)
         result = fit_mwgp(index, y, tuple(enc.n_levels for enc in self.encoders_), config)
-        self._rated = _rated_items(index, self.encoders_[0].n_levels) if len(columns) == 2 else None
+        self._rated = _rated_items(index, y, self.encoders_[0].n_levels) if len(columns) == 2 else None
+        self.rating_range_ = (float(y.min()), float(y.max()))
         self.posterior_ = result.posterior
         self.loss_history_ = result.loss_history
         self.fit_time_ = result.fit_time
@@ -82,12 +84,60 @@ class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
         return (mean, np.sqrt(var)) if return_std else mean
 
     def recommend(self, user: Any, n: int = 10, strategy: str = "mean", kappa: float = 1.0,
-                  exclude_rated: bool = True) -> pd.DataFrame:
+                  exclude_rated: bool = True, ratings: Any = None) -> pd.DataFrame:
         """Top-``n`` items for one raw user id; see :meth:`mogp_surprise.MWGP.recommend`.
 
+        ``ratings`` ({item: rating} or (item, rating) pairs) are folded in for this call only.
         Only for (user, item) models (two id columns).
         """
-        return self.recommend_many([user], n, strategy, kappa, exclude_rated).drop(columns="user")
+        if ratings is None:
+            return self.recommend_many([user], n, strategy, kappa, exclude_rated).drop(columns="user")
+        from ..core.recommend import check_strategy
+
+        check_strategy(strategy, kappa, n)
+        post, row, items, _ = self._folded(user, ratings)
+        return recommend_frame(post, [user], np.array([row]), self.encoders_[1].classes_.to_numpy(),
+                               [items] if exclude_rated else None, n, strategy, kappa).drop(columns="user")
+
+    def fold_in(self, user: Any, ratings: Any) -> "MWGPRegressor":
+        """Take a user's ratings into account without refitting; see :meth:`mogp_surprise.MWGP.fold_in`.
+
+        ``ratings``: {item: rating} or (item, rating) pairs of items seen in ``fit``, within the range
+        of the training ratings (``rating_range_``). A new ``user`` becomes a known id of the first
+        column; a known user is folded in again from their training ratings plus these. Only for
+        (user, item) models. Returns ``self``.
+        """
+        post, row, items, values = self._folded(user, ratings)
+        users = self.encoders_[0]
+        if row >= users.n_levels:
+            self.encoders_[0] = IdEncoder(users.name, users.classes_.append(pd.Index([user], dtype=object)))
+        indptr, rated, rated_values = self._rated
+        keep = np.ones(len(rated), dtype=bool)
+        if row < len(indptr) - 1:
+            keep[indptr[row]:indptr[row + 1]] = False
+        user_col = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))[keep]
+        index = np.stack([np.concatenate([user_col, np.full(len(items), row)]),
+                          np.concatenate([rated[keep], items])], axis=1)
+        self._rated = _rated_items(index, np.concatenate([rated_values[keep], values]), self.encoders_[0].n_levels)
+        self.posterior_ = post
+        return self
+
+    def _folded(self, user: Any, ratings: Any):
+        check_is_fitted(self, "posterior_")
+        if self.n_features_in_ != 2:
+            raise ValueError(f"fold-in needs a (user, item) model; this one has {self.n_features_in_} id columns")
+        items, values = check_fold_ratings(
+            ratings, lambda raw: self._encode(self.encoders_[1], np.asarray(raw, dtype=object)),
+            getattr(self, "rating_range_", None))
+        inner = int(self._encode(self.encoders_[0], np.asarray([user], dtype=object))[0])
+        known = None
+        if inner >= 0:
+            indptr, rated, rated_values = self._rated
+            if rated_values is None:
+                raise ValueError("this model was saved before fold-in existed and lacks its users' training "
+                                 "ratings; fold in new users only, or refit")
+            known = (rated[indptr[inner]:indptr[inner + 1]], rated_values[indptr[inner]:indptr[inner + 1]])
+        return fold_in_user(self.posterior_, inner, known, items, values)
 
     def recommend_many(self, users: Any, n: int = 10, strategy: str = "mean", kappa: float = 1.0,
                        exclude_rated: bool = True) -> pd.DataFrame:
@@ -99,7 +149,7 @@ class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
         inner = self._encode(self.encoders_[0], np.asarray(users, dtype=object))
         exclude = None
         if exclude_rated:
-            indptr, items = self._rated
+            indptr, items, _ = self._rated
             exclude = [items[indptr[u]:indptr[u + 1]] if u >= 0 else np.empty(0, np.int64) for u in inner]
         return recommend_frame(self.posterior_, users, inner, self.encoders_[1].classes_.to_numpy(), exclude, n,
                                strategy, kappa)
@@ -110,7 +160,8 @@ class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
         state = {"classes": [enc.classes_.tolist() for enc in self.encoders_],
                  "names": [enc.name for enc in self.encoders_],
                  "feature_names_in": (list(self.feature_names_in_) if hasattr(self, "feature_names_in_") else None),
-                 "rated": (None if self._rated is None else [torch.from_numpy(a) for a in self._rated])}
+                 "rated": (None if self._rated is None else [torch.from_numpy(a) for a in self._rated]),
+                 "rating_range": getattr(self, "rating_range_", None)}
         save_model(self, path, state)
 
     @classmethod
@@ -121,7 +172,12 @@ class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
         est.n_features_in_ = len(est.encoders_)
         if st["feature_names_in"] is not None:
             est.feature_names_in_ = np.asarray(st["feature_names_in"], dtype=object)
-        est._rated = None if st["rated"] is None else tuple(t.numpy() for t in st["rated"])
+        rated = st["rated"]
+        # files written before fold-in existed hold no ratings: (indptr, items, None)
+        est._rated = None if rated is None else (*(t.numpy() for t in rated[:2]),
+                                                 rated[2].numpy() if len(rated) > 2 else None)
+        if st.get("rating_range") is not None:
+            est.rating_range_ = tuple(st["rating_range"])
         return est
 
     def _encode(self, encoder: IdEncoder, values: np.ndarray) -> np.ndarray:
@@ -148,11 +204,12 @@ class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
         return tags
 
 
-def _rated_items(index: np.ndarray, n_users: int) -> tuple[np.ndarray, np.ndarray]:
-    """CSR-style (indptr, item indices) of the items each user rated, for ``exclude_rated``."""
+def _rated_items(index: np.ndarray, ratings: np.ndarray, n_users: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """CSR-style (indptr, item indices, ratings) of what each user rated: ``exclude_rated`` and fold-in."""
     order = np.argsort(index[:, 0], kind="stable")
     counts = np.bincount(index[:, 0], minlength=n_users)
-    return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), index[order, 1].astype(np.int64)
+    return (np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), index[order, 1].astype(np.int64),
+            np.asarray(ratings, dtype=np.float64)[order])
 
 
 def _labels(names: list[str] | None, n: int) -> list[str]:

@@ -10,8 +10,8 @@ from surprise import AlgoBase, Prediction, Trainset
 
 from ..core.config import MWGPConfig
 from ..core.trainer import fit_mwgp
-from ._common import (PARAMS_DOC, HyperParamsMixin, check_id_column, recommend_frame, require_fitted,
-                      warn_id_twins)
+from ._common import (PARAMS_DOC, HyperParamsMixin, check_fold_ratings, check_id_column, fold_in_user,
+                      recommend_frame, require_fitted, warn_id_twins)
 from .persistence import load_model, save_model
 
 _UNKNOWN_PREFIX = "UKN__"
@@ -180,7 +180,7 @@ class MWGP(HyperParamsMixin, AlgoBase):
 
     # -- recommendation ----------------------------------------------------------------------------
     def recommend(self, uid: Any, n: int = 10, strategy: str = "mean", kappa: float = 1.0,
-                  exclude_rated: bool = True) -> pd.DataFrame:
+                  exclude_rated: bool = True, ratings: Any = None) -> pd.DataFrame:
         """Top-``n`` items for one raw user id, ranked with their uncertainty.
 
         Parameters
@@ -192,13 +192,64 @@ class MWGP(HyperParamsMixin, AlgoBase):
             is sure about) or by mean + kappa*std (exploratory).
         kappa : float, default=1.0
         exclude_rated : bool, default=True
-            Skip items the user rated in the training set.
+            Skip items the user rated (in the training set and in ``ratings``).
+        ratings : dict {iid: rating} or sequence of (iid, rating), optional
+            Ratings of this user to take into account without refitting: they are folded in for
+            this call only (as :meth:`fold_in` does, but the model is not changed).
 
         Returns
         -------
         DataFrame with columns rank, item, mean, std, score (best first)
         """
-        return self.recommend_many([uid], n, strategy, kappa, exclude_rated).drop(columns="user")
+        if ratings is None:
+            return self.recommend_many([uid], n, strategy, kappa, exclude_rated).drop(columns="user")
+        from ..core.recommend import check_strategy
+
+        check_strategy(strategy, kappa, n)
+        post, row, items, _ = self._folded(uid, ratings)
+        exclude = [items] if exclude_rated else None
+        return recommend_frame(post, [uid], np.array([row]), self._raw_items(), exclude, n, strategy,
+                               kappa).drop(columns="user")
+
+    def fold_in(self, uid: Any, ratings: Any) -> "MWGP":
+        """Take a user's ratings into account without refitting the model.
+
+        Only the user's own parameters are inferred (embedding, bias and noise level, with their
+        uncertainty, which enters the user's predictive variance); items, the GP and the
+        hyper-parameters stay as fitted. A new ``uid`` becomes a known user; a known user is folded
+        in again from their training ratings plus ``ratings`` (a new rating of an item replaces
+        the old one). Takes about 10 ms for 20 ratings. An empty ``ratings`` adds the user
+        with no ratings: they are predicted exactly as an unseen user (cold start).
+
+        Parameters
+        ----------
+        uid : raw user id
+        ratings : dict {iid: rating} or sequence of (iid, rating) pairs
+            Raw item ids known to the model, ratings within the rating scale, each item once.
+
+        Returns
+        -------
+        self
+        """
+        post, row, items, values = self._folded(uid, ratings)
+        self.posterior_ = post
+        self.trainset = _with_user_ratings(self.trainset, uid, row, items, values)
+        return self
+
+    def _folded(self, uid: Any, ratings: Any):
+        post = require_fitted(self)
+        ts = self.trainset
+        items, values = check_fold_ratings(ratings, lambda raw: self._inner_ids("item", raw), ts.rating_scale)
+        inner = int(self._inner_ids("user", [uid])[0])
+        known = None
+        if inner >= 0:
+            block = np.asarray(ts.ur[inner], dtype=np.float64).reshape(-1, 2)
+            known = (block[:, 0].astype(np.int64), block[:, 1])
+        return fold_in_user(post, inner, known, items, values)
+
+    def _raw_items(self) -> np.ndarray:
+        ts = self.trainset
+        return np.array([ts.to_raw_iid(i) for i in range(ts.n_items)], dtype=object)
 
     def recommend_many(self, uids: Sequence[Any], n: int = 10, strategy: str = "mean", kappa: float = 1.0,
                        exclude_rated: bool = True) -> pd.DataFrame:
@@ -211,8 +262,7 @@ class MWGP(HyperParamsMixin, AlgoBase):
         if exclude_rated:
             exclude = [np.array([i for i, _ in ts.ur[u]], dtype=np.int64) if u >= 0 else np.empty(0, np.int64)
                        for u in inner]
-        raw_items = np.array([ts.to_raw_iid(i) for i in range(ts.n_items)], dtype=object)
-        return recommend_frame(post, uids, inner, raw_items, exclude, n, strategy, kappa)
+        return recommend_frame(post, uids, inner, self._raw_items(), exclude, n, strategy, kappa)
 
     def _predict_raw(self, users: list, items: list, include_noise: bool = True):
         index = self._inner_index(users, items)
@@ -250,6 +300,28 @@ def _trainset_arrays(trainset: Trainset) -> tuple[np.ndarray, np.ndarray]:
             ratings[pos:pos + k] = block[:, 1]
             pos += k
     return index[:pos], ratings[:pos]
+
+
+def _with_user_ratings(ts: Trainset, uid: Any, row: int, items: np.ndarray, values: np.ndarray) -> Trainset:
+    """A copy of ``ts`` in which user ``uid`` (inner ``row``, new or known) has exactly these ratings.
+
+    The caller's Trainset is never changed (it may be used to fit other algorithms); the copy shares
+    every other user's and item's rating list.
+    """
+    ur, ir = dict(ts.ur), dict(ts.ir)
+    users = dict(ts._raw2inner_id_users)
+    n_users = ts.n_users
+    if row >= n_users:
+        users[uid] = row
+        n_users = row + 1
+    old = ur.get(row, [])
+    for i, _ in old:
+        ir[i] = [(u, r) for u, r in ir[i] if u != row]
+    ur[row] = list(zip(items.tolist(), values.tolist()))
+    for i, r in ur[row]:
+        ir[i] = [*ir.get(i, []), (row, r)]
+    n_ratings = ts.n_ratings - len(old) + len(ur[row])
+    return Trainset(ur, ir, n_users, ts.n_items, n_ratings, ts.rating_scale, users, ts._raw2inner_id_items)
 
 
 def _rebuild_trainset(raw_users: list, raw_items: list, index: np.ndarray, ratings: np.ndarray,

@@ -68,7 +68,11 @@ from .errors import NumericalError
 from .kernels import LOG_2PI
 from .posterior import MWGPPosterior
 
-__all__ = ["FoldedUser", "fold_in", "fold_in_many", "fold_in_objective"]
+__all__ = ["FoldedUser", "fold_in", "fold_in_many", "fold_in_objective", "PRIORS"]
+
+#: "population": the prior of a folded-in user is the spread of the learned users (the distribution the
+#: cold-start user is integrated over); "model": the model's own priors (the training ELBO exactly)
+PRIORS = ("population", "model")
 
 
 @dataclass(frozen=True)
@@ -116,7 +120,7 @@ class FoldedUser:
 
 
 def fold_in(posterior: MWGPPosterior, items: np.ndarray, ratings: np.ndarray, init_user: int | None = None,
-            max_iter: int = 100, tol: float = 1e-7) -> FoldedUser:
+            max_iter: int = 100, tol: float = 1e-7, prior: str = "population") -> FoldedUser:
     """Infer one user's embedding, bias and noise offset from their ratings (see the module docstring).
 
     Parameters
@@ -149,12 +153,12 @@ def fold_in(posterior: MWGPPosterior, items: np.ndarray, ratings: np.ndarray, in
         The optimisation produced non-finite values.
     """
     return fold_in_many(posterior, [(items, ratings)], None if init_user is None else [init_user],
-                        max_iter=max_iter, tol=tol)[0]
+                        max_iter=max_iter, tol=tol, prior=prior)[0]
 
 
 def fold_in_many(posterior: MWGPPosterior, users: Sequence[tuple[np.ndarray, np.ndarray]],
                  init_users: Sequence[int | None] | None = None, max_iter: int = 100,
-                 tol: float = 1e-7) -> list[FoldedUser]:
+                 tol: float = 1e-7, prior: str = "population") -> list[FoldedUser]:
     """:func:`fold_in` for several users: the fixed quantities are prepared once.
 
     Parameters
@@ -171,7 +175,7 @@ def fold_in_many(posterior: MWGPPosterior, users: Sequence[tuple[np.ndarray, np.
     _check_int("max_iter", max_iter, 1)
     if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not tol > 0 or not math.isfinite(tol):
         raise ValueError(f"`tol` must be a finite number > 0, got {tol!r}")
-    ctx = _Context(posterior)
+    ctx = _Context(posterior, prior)
     users = list(users)
     if init_users is None:
         init_users = [None] * len(users)
@@ -191,14 +195,14 @@ def fold_in_many(posterior: MWGPPosterior, users: Sequence[tuple[np.ndarray, np.
 
 def fold_in_objective(posterior: MWGPPosterior, items: np.ndarray, ratings: np.ndarray, embedding: Tensor,
                       bias: Tensor | float = 0.0, noise_mean: Tensor | float = 0.0,
-                      noise_logvar: Tensor | float | None = None) -> Tensor:
+                      noise_logvar: Tensor | float | None = None, prior: str = "population") -> Tensor:
     """The fold-in objective at given user parameters (float64, differentiable w.r.t. tensor arguments).
 
     ``embedding`` is a_u, shape (r,); ``noise_logvar`` is log v (default: log tau_0). Arguments
     the model has no use for (the bias without biases, the noise offset when homoscedastic)
     are ignored. Maximising it is what :func:`fold_in` does.
     """
-    ctx = _Context(posterior)
+    ctx = _Context(posterior, prior)
     items, y = ctx.check(items, ratings, "")
     data = ctx.user_data(items, y)
     f64 = {"dtype": torch.float64, "device": ctx.device}
@@ -225,7 +229,7 @@ class _UserData:
 class _Context:
     """The fitted quantities fold-in uses, in float64 on the posterior's device."""
 
-    def __init__(self, posterior: MWGPPosterior) -> None:
+    def __init__(self, posterior: MWGPPosterior, prior: str = "population") -> None:
         if not isinstance(posterior, MWGPPosterior):
             raise ValueError(f"`posterior` must be an MWGPPosterior, got {type(posterior).__name__}")
         if posterior.n_factors != 2:
@@ -269,6 +273,25 @@ class _Context:
             self.noise_logvar = [lv for lv in info["noise_offset_logvar"]]
         else:
             self.log_tau = torch.zeros((), **f64, device=self.device)
+        if prior not in PRIORS:
+            raise ValueError(f"`prior` must be one of {PRIORS}, got {prior!r}")
+        zero = torch.zeros((), **f64, device=self.device)
+        # the prior of the user's GP input x_u, bias and log-noise offset: N(mean, var) each
+        if prior == "population":  # the learned users' spread, as the cold-start user is integrated over
+            self.x_mean, self.x_var = posterior.emb_mean[0].to(**f64), posterior.emb_var[0].to(**f64)
+            self.b_mean, self.b_var = posterior.bias_mean[0].to(**f64), posterior.bias_var[0].to(**f64)
+            if self.heteroscedastic:
+                pop = info.get("user_noise_population")
+                if pop is None:
+                    mu, lv = self.noise_mean[0].to(**f64), self.noise_logvar[0].to(**f64)
+                    pop = torch.stack([mu.mean(), mu.var(unbiased=False) + torch.exp(lv).mean()])
+                self.s_mean, self.log_tau = pop[0].to(**f64), torch.log(pop[1].to(**f64))
+            else:
+                self.s_mean = zero
+        else:  # the model's own priors, exactly the training ELBO
+            self.x_mean, self.x_var = None, (1.0 / self.embedding_reg if self.embedding_reg > 0 else math.inf)
+            self.b_mean, self.b_var = zero, (1.0 / self.bias_reg if self.bias_reg > 0 else math.inf)
+            self.s_mean = zero
 
     # -- validation ------------------------------------------------------------------------------
     def check(self, items, ratings, where: str) -> tuple[np.ndarray, np.ndarray]:
@@ -346,11 +369,16 @@ class _Context:
             resid = resid - b
         log_noise, lam = self.noise(data, mu, logvar)
         out = -0.5 * (data.n * LOG_2PI + log_noise.sum() + (lam * (resid * resid + var)).sum())
-        out = out - 0.5 * self.embedding_reg * (a * a).sum()
+        if self.x_mean is None:  # the model's prior on the embedding a_u
+            out = out - 0.5 * (a * a).sum() / self.x_var
+        else:  # the population prior on the GP input x_u
+            dx = a + data.implicit - self.x_mean
+            out = out - 0.5 * (dx * dx / self.x_var).sum()
         if self.use_biases:
-            out = out - 0.5 * self.bias_reg * b * b
+            out = out - 0.5 * (b - self.b_mean) ** 2 / self.b_var
         if self.heteroscedastic:
-            out = out - 0.5 * ((mu * mu + torch.exp(logvar)) * torch.exp(-self.log_tau) - 1.0 + self.log_tau - logvar)
+            dm = mu - self.s_mean
+            out = out - 0.5 * ((dm * dm + torch.exp(logvar)) * torch.exp(-self.log_tau) - 1.0 + self.log_tau - logvar)
         return out
 
     def laplace(self, data: _UserData, x: Tensor, mu: Tensor, logvar: Tensor) -> tuple[Tensor, Tensor]:
@@ -359,10 +387,11 @@ class _Context:
         kw = kk * self.w
         grad = (kw @ self.z_user - x * kw.sum(-1, keepdim=True)) / (self.ls_user * self.ls_user)
         _, lam = self.noise(data, mu, logvar)
-        prec = self.embedding_reg + (lam.unsqueeze(-1) * grad * grad).sum(0)
-        bias_prec = self.bias_reg + lam.sum()
-        input_var = 1.0 / prec if self.embedding_reg > 0 else torch.zeros_like(prec)
-        bias_var = 1.0 / bias_prec if self.bias_reg > 0 and self.use_biases else torch.zeros_like(bias_prec)
+        prec = 1.0 / self.x_var + (lam.unsqueeze(-1) * grad * grad).sum(0)
+        bias_prec = 1.0 / self.b_var + lam.sum()
+        # no prior (infinite variance): 0, i.e. no correction, as laplace.py does
+        input_var = 1.0 / prec if _finite(self.x_var) else torch.zeros_like(prec)
+        bias_var = 1.0 / bias_prec if _finite(self.b_var) and self.use_biases else torch.zeros_like(bias_prec)
         return input_var, bias_var
 
     # -- optimisation -------------------------------------------------------------------------------
@@ -370,6 +399,10 @@ class _Context:
         """(a, b, mu, log v) to start from: the prior mean, or a known user's fitted values."""
         f64 = {"dtype": torch.float64, "device": self.device}
         theta = torch.zeros(self.r + 3, **f64)
+        if self.x_mean is not None:
+            theta[:self.r] = self.x_mean - data.implicit
+        theta[self.r] = self.b_mean
+        theta[self.r + 1] = self.s_mean
         theta[-1] = self.log_tau
         if init is not None and not (self.cold_users is not None and bool(self.cold_users[init])):
             theta[:self.r] = self.user_input[init].to(**f64) - data.implicit  # the fitted GP input
@@ -430,6 +463,10 @@ class _Context:
             noise_offset_mean=float(mu), noise_offset_var=float(var),
             noise_scale=math.exp(float(mu) + 0.5 * float(var)), n_ratings=data.n, objective=float(value),
             n_iter=n_iter)
+
+
+def _finite(value) -> bool:
+    return bool(torch.isfinite(torch.as_tensor(value)).all())
 
 
 def _check_int(name: str, value, minimum: int) -> None:

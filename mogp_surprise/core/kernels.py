@@ -71,7 +71,9 @@ def cross_kernel(x: Tensor, z: Tensor, lengthscale: Tensor, outputscale: Tensor)
     :func:`paired_kernel`, which clamps distances.
     """
     xa, za = _augmented_inputs(x, z, lengthscale, outputscale)
-    return torch.exp_(xa @ za.transpose(-1, -2))
+    # a contiguous right-hand side: with a transposed view BLAS's result for a row was seen to depend on
+    # the other rows of xa (float32), and predictions must not depend on their batch
+    return torch.exp_(xa @ za.transpose(-1, -2).contiguous())
 
 
 class _DataFit(torch.autograd.Function):

@@ -32,8 +32,8 @@ from .model import MWGPModule
 if TYPE_CHECKING:  # pragma: no cover
     from .foldin import FoldedUser
 
-# rows per block of every prediction GEMM (see MWGPPosterior._latent_pattern)
-_ROW_BLOCK = 64
+# rows of every prediction GEMM (see MWGPPosterior._latent_pattern)
+_ROW_BLOCK = 1024
 
 # tensors that make up a posterior, in the order they are saved
 _TENSORS = ("inducing", "lengthscale", "outputscale", "noise", "global_mean", "w", "M",
@@ -154,8 +154,6 @@ class MWGPPosterior:
         own = None
         if level_variances is not None and embedding_uncertainty:
             own = tuple([v.detach().to(**f64) for v in part] for part in level_variances)
-        # float64 whatever the training dtype: predictions are then independent of the batch they are
-        # computed in to float64 round-off (float32 GEMMs differ by ~1e-6 between batch sizes)
         foldin = {
             "embedding_reg": None if embedding_reg is None else float(embedding_reg),
             "bias_reg": None if bias_reg is None else float(bias_reg),
@@ -166,7 +164,12 @@ class MWGPPosterior:
             "noise_offset_logvar": [lv.detach().to(**f64) for lv in module.noise_offset_logvar],
             "noise_prior_logvar": module.noise_prior_logvar.detach().to(**f64),
         }
-        return cls(tensors, emb, biases, rating_mean, rating_std, chunk_size, noise_scales, own, foldin)
+        if module.heteroscedastic:  # the population of the users' log-noise offsets: mean, variance
+            mu = module.noise_offset_mean[0].detach().to(**f64)
+            var = torch.exp(module.noise_offset_logvar[0].detach().to(**f64))
+            foldin["user_noise_population"] = torch.stack([mu.mean(), mu.var(unbiased=False) + var.mean()])
+        post = cls(tensors, emb, biases, rating_mean, rating_std, chunk_size, noise_scales, own, foldin)
+        return post.to(dtype=module.inducing.dtype)  # predict in the training dtype (float32: twice as fast)
 
     # -- properties ----------------------------------------------------------------------------
     @property
@@ -421,16 +424,21 @@ class MWGPPosterior:
     def _latent_pattern(self, index: Tensor, code: int) -> tuple[Tensor, Tensor]:
         """Moments of f for rows that share one pattern of unknown factors.
 
-        The rows are padded to a multiple of ``_ROW_BLOCK`` (copies of the first row): BLAS takes
-        other code paths (other summation orders) for products with a few rows, so without the
-        padding a pair's prediction would change in its last bits with the number of rows it is
-        computed with (``predict(u, i)`` vs ``test(testset)``; scikit-learn's subset invariance).
+        The rows are computed in blocks of exactly ``_ROW_BLOCK`` (the last one padded with copies
+        of its first row): BLAS sums in another order for products of other shapes (few rows,
+        other thread splits), so without fixed blocks a pair's prediction would change in its last
+        bits with the rows it is computed with (``predict(u, i)`` vs ``test(testset)``;
+        scikit-learn's subset invariance). With them it is bit-identical, in float32 too.
         """
         n = index.shape[0]
         pad = -n % _ROW_BLOCK
         if pad:
             index = torch.cat([index, index[:1].expand(pad, -1)])
-        mean, var = self._latent_rows(index, code)
+        parts = [self._latent_rows(index[start:start + _ROW_BLOCK], code) for start in range(0, n + pad, _ROW_BLOCK)]
+        if len(parts) == 1:
+            mean, var = parts[0]
+        else:
+            mean, var = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
         return mean[:n], var[:n]
 
     def _latent_rows(self, index: Tensor, code: int) -> tuple[Tensor, Tensor]:

@@ -6,7 +6,7 @@ a ``surprise.Dataset`` or download through Surprise.
 from __future__ import annotations
 
 from .loaders import (DATA_ENV, DATASETS, DatasetSpec, FileLayout, describe_ratings,
-                      find_data_dir, load_dataset, load_ratings, surprise_cache_dir,
+                      find_data_dir, load_dataset, load_item_titles, load_ratings, surprise_cache_dir,
                       to_surprise_dataset)
 from .synthetic import make_synthetic_ratings
 
@@ -18,6 +18,7 @@ __all__ = [
     "describe_ratings",
     "find_data_dir",
     "load_dataset",
+    "load_item_titles",
     "load_ratings",
     "make_synthetic_ratings",
     "surprise_cache_dir",

@@ -322,3 +322,34 @@ def describe_ratings(df: pd.DataFrame) -> dict[str, Any]:
         "mean": float(ratings.mean()), "std": float(ratings.std()),
         "scale": (float(ratings.min()), float(ratings.max())),
     }
+
+
+#: per data set: the file with item titles, relative to the ratings file's folder, and how to read it
+_TITLE_FILES = {"ml-100k": ("u.item", "|", "latin-1"), "ml-1m": ("movies.dat", "::", "latin-1"),
+                "ml-10m": ("movies.dat", "::", "utf-8")}
+
+
+def load_item_titles(name: str, data_dir: PathLike | None = None) -> dict[str, str] | None:
+    """Item titles of a MovieLens data set as ``{raw item id: title}``, or None where there are none.
+
+    Looks next to the ratings file that :func:`load_ratings` would read (no download): MovieLens
+    100K's ``u.item``, 1M's and 10M's ``movies.dat``. The ``ratings.csv.gz`` copy of ML-1M renumbers
+    the items, so its titles are not used (None).
+    """
+    spec = _get_spec(name)
+    if name not in _TITLE_FILES:
+        return None
+    hit = next((p for p, _, _ in _candidates(spec, data_dir) if p.is_file()), None)
+    if hit is None or hit.name.endswith(".csv.gz"):
+        return None
+    file, sep, encoding = _TITLE_FILES[name]
+    path = hit.parent / file
+    if not path.is_file():
+        return None
+    titles = {}
+    with open(path, encoding=encoding) as handle:
+        for line in handle:
+            parts = line.rstrip("\n").split(sep)
+            if len(parts) >= 2 and parts[0].strip():
+                titles[parts[0].strip()] = parts[1].strip()
+    return titles

@@ -23,13 +23,7 @@ LEVELS, R, M = (6, 9), 2, 5
 USER, ITEMS = 5, np.array([0, 2, 3, 7, 8])  # the user the exact tests fold in, and their items
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Tiny problems: intra-op threading only adds contention on a shared machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/core/conftest.py
 
 
 # -- exact checks on a random float64 module --------------------------------------------------------------
@@ -83,7 +77,7 @@ def test_objective_gradient_and_differences_match_the_training_elbo(heteroscedas
     for trial in range(2):
         theta = torch.randn(R + 3, generator=gen, dtype=torch.float64) * 0.8
         a, b, mu, lv = (theta[:R].clone().requires_grad_(True), *(t.clone().requires_grad_(True) for t in theta[R:]))
-        obj = fold_in_objective(post, ITEMS, ratings, a, b, mu, lv)
+        obj = fold_in_objective(post, ITEMS, ratings, a, b, mu, lv, prior="model")
         ours = torch.autograd.grad(obj, [a, b, mu, lv], allow_unused=True)
         _set_user(mod, theta[:R], theta[R], theta[R + 1], theta[R + 2])
         elbo = _user_elbo(mod, y)
@@ -107,14 +101,14 @@ def test_fold_in_reaches_a_stationary_point_with_the_laplace_variances_of_traine
     its variances equal level_variances of a module holding the result as the user's parameters."""
     mod, post = _random_model(heteroscedastic, implicit, use_biases)
     y = torch.randn(len(ITEMS), generator=torch.Generator().manual_seed(2), dtype=torch.float64)
-    user = fold_in(post, ITEMS, (RATING_MEAN + RATING_STD * y).numpy(), tol=1e-10)
+    user = fold_in(post, ITEMS, (RATING_MEAN + RATING_STD * y).numpy(), tol=1e-10, prior="model")
     assert isinstance(user, FoldedUser) and user.n_ratings == len(ITEMS) and not user.cold
     _set_user(mod, user.embedding, user.bias, user.noise_offset_mean, np.log(max(user.noise_offset_var, 1e-300)))
     np.testing.assert_allclose(mod.factor_tables()[0][USER].detach().numpy(), user.input, rtol=1e-12, atol=1e-14)
     grads = torch.autograd.grad(_user_elbo(mod, y), _user_params(mod))
     assert max(float(g[USER].abs().max()) for g in grads) < 1e-6
     assert user.objective >= float(fold_in_objective(post, ITEMS, (RATING_MEAN + RATING_STD * y).numpy(),
-                                                     torch.zeros(R)))  # better than the start
+                                                     torch.zeros(R), prior="model"))  # better than the start
     index = torch.stack([torch.full((len(ITEMS),), USER), torch.as_tensor(ITEMS)], 1)
     input_var, bias_var = level_variances(mod, index, JITTER, EMB_REG, BIAS_REG)
     np.testing.assert_allclose(user.input_var, input_var[0][USER].numpy(), rtol=1e-10)
@@ -225,7 +219,7 @@ def test_zero_ratings_give_exactly_the_cold_start_user(synthetic) -> None:
     post, per_user = synthetic
     empty = fold_in(post, np.array([], dtype=int), np.array([]))
     assert empty.cold and empty.n_ratings == 0 and empty.n_iter == 0
-    np.testing.assert_array_equal(empty.embedding, np.zeros(2))
+    np.testing.assert_allclose(empty.input, post.emb_mean[0].numpy())  # the population prior's mean
     some = fold_in(post, *per_user[N_TRAIN_USERS])
     extended = post.with_extra_users([empty, some, empty])
     for include_noise in (True, False):

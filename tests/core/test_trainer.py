@@ -16,13 +16,7 @@ CONFIG = MWGPConfig(n_inducing=16, latent_dim=2, n_epochs=60, batch_size=256, lr
                     early_stopping=False)  # the tests below choose it where they check it
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Tiny problems: intra-op threading only adds contention on a shared machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/core/conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,153 @@
+"""Fold-in from both adapters: new and known users, recommend(ratings=...), persistence, bad input."""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mogp_surprise import MWGP, MWGPRegressor
+from mogp_surprise.datasets import to_surprise_dataset
+
+PARAMS = {"n_epochs": 8, "n_inducing": 32, "random_state": 0, "early_stopping": False}
+
+
+@pytest.fixture(scope="module")
+def split():
+    """Ratings 3 + b_u + b_i + <U_u, V_i> + noise with strong user effects; 15 users held out entirely."""
+    rng = np.random.default_rng(1)
+    n_users, n_items, n = 150, 80, 6000
+    b_u, b_i = 0.8 * rng.normal(size=n_users), 0.5 * rng.normal(size=n_items)
+    U, V = 0.7 * rng.normal(size=(n_users, 2)), 0.7 * rng.normal(size=(n_items, 2))
+    cells = rng.choice(n_users * n_items, size=n, replace=False)
+    u, i = cells // n_items, cells % n_items
+    r = np.clip(np.round(3 + b_u[u] + b_i[i] + (U[u] * V[i]).sum(1) + 0.5 * rng.normal(size=n)), 1, 5)
+    df = pd.DataFrame({"user": [f"u{k}" for k in u], "item": [f"i{k}" for k in i], "rating": r})
+    held = [f"u{k}" for k in range(15)]
+    return df[~df["user"].isin(held)], df[df["user"].isin(held)]
+
+
+@pytest.fixture(scope="module")
+def algo(split):
+    train, _ = split
+    ts = to_surprise_dataset(train[["user", "item", "rating"]], rating_scale=(1, 5)).build_full_trainset()
+    return MWGP(**PARAMS).fit(ts)
+
+
+@pytest.fixture(scope="module")
+def est(split):
+    train, _ = split
+    return MWGPRegressor(**PARAMS).fit(train[["user", "item"]], train["rating"])
+
+
+def _pairs(frame: pd.DataFrame) -> list[tuple[str, float]]:
+    return list(frame[["item", "rating"]].itertuples(index=False, name=None))
+
+
+def test_fold_in_a_new_user_beats_cold_start_and_narrows_the_std(algo, split):
+    _, held = split
+    model = copy.deepcopy(algo)
+    trainset_before = algo.trainset
+    errors = {"cold": [], "folded": []}
+    stds = {"cold": [], "folded": []}
+    for uid, g in held.groupby("user"):
+        known, test = g.iloc[:15], g.iloc[15:]
+        testset = list(test[["user", "item", "rating"]].itertuples(index=False, name=None))
+        cold = model.test(testset)
+        model.fold_in(uid, _pairs(known))
+        folded = model.test(testset)
+        assert not folded[0].details["unknown_user"] and cold[0].details["unknown_user"]
+        for name, preds in (("cold", cold), ("folded", folded)):
+            errors[name] += [(p.est - p.r_ui) ** 2 for p in preds]
+            stds[name] += [p.details["std"] for p in preds]
+    assert np.sqrt(np.mean(errors["folded"])) < 0.9 * np.sqrt(np.mean(errors["cold"]))
+    assert np.mean(stds["folded"]) < np.mean(stds["cold"])
+    assert model.trainset.n_users == algo.trainset.n_users + held["user"].nunique()
+    assert algo.trainset is trainset_before and algo.trainset.n_users == 135  # the fitted model is unchanged
+
+
+def test_recommend_with_ratings_equals_fold_in_and_excludes_the_rated_items(algo, split):
+    _, held = split
+    uid, g = next(iter(held.groupby("user")))
+    ratings = dict(_pairs(g.iloc[:10]))
+    on_the_fly = algo.recommend(uid, n=8, strategy="lcb", ratings=ratings)
+    assert not set(on_the_fly["item"]) & set(ratings)
+    assert uid not in algo.trainset._raw2inner_id_users  # recommend(ratings=...) changes nothing
+    model = copy.deepcopy(algo).fold_in(uid, ratings)
+    pd.testing.assert_frame_equal(model.recommend(uid, n=8, strategy="lcb"), on_the_fly)
+    mean, var = model.predict_dist([uid] * 8, list(on_the_fly["item"]))
+    np.testing.assert_allclose(on_the_fly["mean"], mean, rtol=1e-12)
+
+
+def test_a_known_user_is_folded_in_again_with_the_new_ratings(algo):
+    model = copy.deepcopy(algo)
+    ts = model.trainset
+    uid = ts.to_raw_uid(3)
+    rated = [ts.to_raw_iid(i) for i, _ in ts.ur[3]]
+    unrated = next(ts.to_raw_iid(i) for i in range(ts.n_items) if ts.to_raw_iid(i) not in rated)
+    refolded = copy.deepcopy(algo).fold_in(uid, [])  # again from the training ratings alone
+    before = refolded.predict(uid, unrated).est
+    assert abs(before - algo.predict(uid, unrated).est) < 0.3  # close to the fitted user
+    model.fold_in(uid, {unrated: 5.0})
+    assert model.predict(uid, unrated).est > before + 0.03  # the new rating counts
+    model.fold_in(uid, {rated[0]: 5.0})  # a known item: the new rating replaces the old one
+    assert model.trainset.n_users == ts.n_users and model.trainset.to_inner_uid(uid) == 3
+    assert len(model.trainset.ur[3]) == len(rated) + 1
+    assert dict(model.trainset.ur[3])[model.trainset.to_inner_iid(rated[0])] == 5.0
+
+
+def test_empty_ratings_give_the_cold_start_answer(algo):
+    model = copy.deepcopy(algo).fold_in("nobody yet", [])
+    item = algo.trainset.to_raw_iid(0)
+    assert model.predict_dist("nobody yet", item) == algo.predict_dist("someone else", item)
+
+
+def test_sklearn_fold_in_matches_recommend_and_survives_a_round_trip(est, split, tmp_path):
+    _, held = split
+    uid, g = next(iter(held.groupby("user")))
+    ratings = _pairs(g.iloc[:10])
+    on_the_fly = est.recommend(uid, n=5, ratings=ratings)
+    model = copy.deepcopy(est).fold_in(uid, ratings)
+    pd.testing.assert_frame_equal(model.recommend(uid, n=5), on_the_fly)
+    model.save(tmp_path / "m.pt")
+    loaded = MWGPRegressor.load(tmp_path / "m.pt")
+    pd.testing.assert_frame_equal(loaded.recommend(uid, n=5), on_the_fly)
+    X = pd.DataFrame({"user": [uid] * 5, "item": list(on_the_fly["item"])})
+    np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
+    known = model.encoders_[0].classes_[0]
+    model.fold_in(known, ratings[:2])  # a known user: their training ratings plus these
+    assert model.encoders_[0].n_levels == est.encoders_[0].n_levels + 1
+
+
+def test_surprise_fold_in_survives_a_round_trip(algo, split, tmp_path):
+    _, held = split
+    uid, g = next(iter(held.groupby("user")))
+    model = copy.deepcopy(algo).fold_in(uid, _pairs(g.iloc[:10]))
+    model.save(tmp_path / "m.pt")
+    loaded = MWGP.load(tmp_path / "m.pt")
+    pd.testing.assert_frame_equal(loaded.recommend(uid, n=5), model.recommend(uid, n=5))
+
+
+@pytest.mark.parametrize("ratings, match", [
+    ({"no-such-item": 3.0}, r"not in the training data: \['no-such-item'\]"),
+    ({"i1": 7.0}, r"rating scale \[1, 5\]"),
+    ([("i1", 3.0), ("i1", 4.0)], r"rates item\(s\) \['i1'\] more than once"),
+    ({"i1": "good"}, r"rating of item 'i1' must be a number"),
+    ({"i1": float("nan")}, r"must be finite"),
+    ([("i1", 3.0, 1)], r"\(item, rating\) pairs; entry 0"),
+    ("i1", r"must be a dict"),
+])
+def test_bad_fold_in_ratings_name_the_problem(algo, est, ratings, match):
+    for model in (algo, est):
+        with pytest.raises(ValueError, match=match):
+            copy.deepcopy(model).fold_in("new", ratings)
+        with pytest.raises(ValueError, match=match):
+            model.recommend("new", ratings=ratings)
+
+
+def test_bad_recommend_arguments_name_the_problem(algo):
+    with pytest.raises(ValueError, match="kappa"):
+        algo.recommend("new", kappa=-1.0, ratings={"i1": 3.0})
+    with pytest.raises(ValueError, match="`n` must be an int >= 1"):
+        algo.recommend("new", n=0, ratings={"i1": 3.0})
