@@ -215,7 +215,7 @@ def _print_rows(algo, frame) -> None:
     low, high = algo.trainset.rating_scale
     ranked = "rank" in frame
     rows = []
-    for _, r in frame.iterrows():
+    for r in frame.astype({"item": object}).to_dict("records"):  # (iterrows would turn int ids into floats)
         row = ([str(r["rank"])] if ranked else []) + [str(r["item"])]
         if has_titles:
             row.append(_title(algo, r["item"])[:45])
@@ -240,7 +240,8 @@ def _predict(args: argparse.Namespace) -> int:
         notes.append(f"item {item} is not in the model (cold start)")
     for note in notes:
         print(note)
-    _print_rows(algo, pd.DataFrame({"item": [item], "mean": [mean], "std": [float(np.sqrt(var))]}))
+    _print_rows(algo, pd.DataFrame({"item": pd.Series([item], dtype=object), "mean": [mean],
+                                    "std": [float(np.sqrt(var))]}))
     return 0
 
 

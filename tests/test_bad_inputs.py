@@ -603,7 +603,8 @@ TABLE = [
           Raises(ValueError, pattern), f"foldin/{api}/{label}")
       for api in ADAPTERS
       for r, pattern, label in (({10 ** 6: 3.0}, r"not in the training data: \[1000000\]", "unknown-item"),
-                                ({int(DF.item[0]): 9.0}, r"must lie in the rating scale", "rating-outside-scale"),
+                                ({int(DF.item[0]): 9.0}, r"must lie in (the rating scale|the range of the training ratings)",
+                                 "rating-outside-scale"),
                                 ([(int(DF.item[0]), 3.0)] * 2, r"more than once", "duplicate-item"),
                                 ({int(DF.item[0]): float("nan")}, r"must be finite", "nan-rating"),
                                 ("50", r"must be a dict", "str-ratings"))],

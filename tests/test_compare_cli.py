@@ -296,3 +296,20 @@ def test_cli_predict_prints_mean_std_and_interval(saved_model, capsys):
     assert f"{mean:.2f}" in line and f"{np.sqrt(var):.2f}" in line and "Movie number 2" in line
     assert main(["predict", "--model", str(saved_model), "--user", "nobody", "--item", "2"]) == 0
     assert "user nobody is not in the model (cold start)" in capsys.readouterr().out
+
+
+def test_cli_predict_on_a_model_with_int_ids(tmp_path, capsys):
+    from surprise import Dataset, Reader
+
+    from mogp_surprise import MWGP
+
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"u": rng.integers(0, 40, 800), "i": rng.integers(0, 30, 800),
+                       "r": rng.integers(1, 6, 800).astype(float)})
+    algo = MWGP(n_epochs=2, n_inducing=8, random_state=0).fit(
+        Dataset.load_from_df(df, Reader(rating_scale=(1, 5))).build_full_trainset())
+    algo.item_names_ = {str(i): f"title {i}" for i in range(30)}
+    algo.save(tmp_path / "int.pt")
+    assert main(["predict", "--model", str(tmp_path / "int.pt"), "--user", "3", "--item", "5"]) == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert line.split()[:3] == ["5", "title", "5"] and "cold start" not in line

@@ -57,7 +57,10 @@ class IdEncoder:
 
     def __init__(self, name: str, classes: Sequence[Any] | np.ndarray) -> None:
         self.name = name
-        self.classes_ = pd.Index(_as_object(classes)) if len(classes) else pd.Index([])
+        if isinstance(classes, (np.ndarray, pd.Index)):
+            self.classes_ = pd.Index(_as_object(classes)) if len(classes) else pd.Index([])
+        else:  # a list (e.g. from a saved file): pandas keeps mixed int / str ids as they are
+            self.classes_ = pd.Index(list(classes), dtype=None if len(classes) else object)
 
     @classmethod
     def fit(cls, name: str, values: Sequence[Any] | np.ndarray) -> tuple["IdEncoder", np.ndarray]:
@@ -109,6 +112,20 @@ def check_id_column(name: str, values: np.ndarray) -> None:
                               "type, so these are two different levels. Convert the ids to one type (e.g. "
                               "with str()) if they mean the same one.", UserWarning, stacklevel=4)
                 break
+
+
+def plain_id(value: Any) -> Any:
+    """A raw id as a plain Python value (``np.int64(7)`` -> ``7``), as model files store them."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def check_not_twin(name: str, value: Any, known: Callable[[Any], bool]) -> None:
+    """Refuse to add ``value`` as a new id when the same id with the other type is known (196 vs "196")."""
+    twin = id_twin(value)
+    if twin is not None and known(twin):
+        raise ValueError(f"{name} id {value!r} ({type(value).__name__}) is not in the model, but {twin!r} "
+                         f"({type(twin).__name__}) is; ids are matched by value and type. Pass {twin!r} to fold in "
+                         f"that {name}'s ratings (a new {name} {value!r} would be a second, separate {name})")
 
 
 def id_twin(value: Any) -> Any:
@@ -190,7 +207,8 @@ def recommend_frame(posterior: MWGPPosterior, raw_users: Sequence[Any], inner_us
 
 
 def check_fold_ratings(ratings: Any, encode_items: Callable[[list], np.ndarray],
-                       rating_range: tuple[float, float] | None) -> tuple[np.ndarray, np.ndarray]:
+                       rating_range: tuple[float, float] | None,
+                       range_name: str = "the rating scale") -> tuple[np.ndarray, np.ndarray]:
     """Validated (inner item indices, ratings) of the ratings one user gives to fold in.
 
     ``ratings``: a dict ``{item: rating}`` or an iterable of ``(item, rating)`` pairs of raw item ids;
@@ -216,7 +234,7 @@ def check_fold_ratings(ratings: Any, encode_items: Callable[[list], np.ndarray],
         low, high = rating_range
         bad = [(i, v) for i, v in zip(raw_items, values.tolist()) if not low <= v <= high]
         if bad:
-            raise ValueError(f"ratings must lie in the rating scale [{low:g}, {high:g}]; got {len(bad)} outside "
+            raise ValueError(f"ratings must lie in {range_name} [{low:g}, {high:g}]; got {len(bad)} outside "
                              f"it: {bad[:5]}")
     items = encode_items(raw_items) if raw_items else np.empty(0, dtype=np.int64)
     unknown = [raw for raw, code in zip(raw_items, items.tolist()) if code < 0]
@@ -246,7 +264,7 @@ def fold_in_user(posterior: MWGPPosterior, user: int, known: tuple[np.ndarray, n
         keep = ~np.isin(old_items, items)
         items = np.concatenate([old_items[keep], items]).astype(np.int64)
         values = np.concatenate([old_values[keep], values])
-        folded = fold_in(posterior, items, values, init_user=user)
+        folded = fold_in(posterior, items, values, init_user=user, repeats=True)  # training data may repeat pairs
         return posterior.with_replaced_users([user], [folded]), user, items, values
     folded = fold_in(posterior, items, values)
     return posterior.with_extra_users([folded]), posterior.n_levels[0], items, values

@@ -12,8 +12,8 @@ from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.validation import check_is_fitted
 
 from ..core.trainer import fit_mwgp
-from ._common import (PARAMS_DOC, HyperParamsMixin, IdEncoder, check_fold_ratings, check_id_column, fold_in_user,
-                      recommend_frame, warn_id_twins)
+from ._common import (PARAMS_DOC, HyperParamsMixin, IdEncoder, check_fold_ratings, check_id_column, check_not_twin,
+                      fold_in_user, plain_id, recommend_frame, warn_id_twins)
 from .persistence import load_model, save_model
 
 class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
@@ -107,6 +107,7 @@ class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
         column; a known user is folded in again from their training ratings plus these. Only for
         (user, item) models. Returns ``self``.
         """
+        user = plain_id(user)
         post, row, items, values = self._folded(user, ratings)
         users = self.encoders_[0]
         if row >= users.n_levels:
@@ -128,14 +129,16 @@ class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
             raise ValueError(f"fold-in needs a (user, item) model; this one has {self.n_features_in_} id columns")
         items, values = check_fold_ratings(
             ratings, lambda raw: self._encode(self.encoders_[1], np.asarray(raw, dtype=object)),
-            getattr(self, "rating_range_", None))
+            getattr(self, "rating_range_", None), "the range of the training ratings")
         inner = int(self._encode(self.encoders_[0], np.asarray([user], dtype=object))[0])
+        if inner < 0:
+            check_not_twin(self.encoders_[0].name, user, self.encoders_[0].__contains__)
         known = None
         if inner >= 0:
             indptr, rated, rated_values = self._rated
             if rated_values is None:
                 raise ValueError("this model was saved before fold-in existed and lacks its users' training "
-                                 "ratings; fold in new users only, or refit")
+                                 "ratings; refit it to fold in users")
             known = (rated[indptr[inner]:indptr[inner + 1]], rated_values[indptr[inner]:indptr[inner + 1]])
         return fold_in_user(self.posterior_, inner, known, items, values)
 
@@ -157,7 +160,7 @@ class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
     def save(self, path) -> None:
         """Save the fitted model (weights, id maps, hyper-parameters, versions) to ``path``."""
         check_is_fitted(self, "posterior_")
-        state = {"classes": [enc.classes_.tolist() for enc in self.encoders_],
+        state = {"classes": [[plain_id(c) for c in enc.classes_.tolist()] for enc in self.encoders_],
                  "names": [enc.name for enc in self.encoders_],
                  "feature_names_in": (list(self.feature_names_in_) if hasattr(self, "feature_names_in_") else None),
                  "rated": (None if self._rated is None else [torch.from_numpy(a) for a in self._rated]),
@@ -185,6 +188,12 @@ class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
         codes = encoder.transform(values)
         warn_id_twins(self.posterior_, encoder.name, values, codes, encoder.__contains__)
         return codes
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        rated = self.__dict__.get("_rated")
+        if rated is not None and len(rated) == 2:  # pickled before fold-in existed: no ratings
+            self._rated = (*rated, None)
 
     def _check_names(self, names: list[str] | None) -> None:
         fitted = getattr(self, "feature_names_in_", None)

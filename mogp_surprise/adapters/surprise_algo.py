@@ -10,8 +10,8 @@ from surprise import AlgoBase, Prediction, Trainset
 
 from ..core.config import MWGPConfig
 from ..core.trainer import fit_mwgp
-from ._common import (PARAMS_DOC, HyperParamsMixin, check_fold_ratings, check_id_column, fold_in_user,
-                      recommend_frame, require_fitted, warn_id_twins)
+from ._common import (PARAMS_DOC, HyperParamsMixin, check_fold_ratings, check_id_column, check_not_twin,
+                      fold_in_user, plain_id, recommend_frame, require_fitted, warn_id_twins)
 from .persistence import load_model, save_model
 
 _UNKNOWN_PREFIX = "UKN__"
@@ -91,8 +91,8 @@ class MWGP(HyperParamsMixin, AlgoBase):
         ts = self.trainset
         index, ratings = _trainset_arrays(ts)
         state = {"rating_scale": tuple(float(x) for x in ts.rating_scale),
-                 "raw_users": [ts.to_raw_uid(u) for u in range(ts.n_users)],
-                 "raw_items": [ts.to_raw_iid(i) for i in range(ts.n_items)],
+                 "raw_users": [plain_id(ts.to_raw_uid(u)) for u in range(ts.n_users)],
+                 "raw_items": [plain_id(ts.to_raw_iid(i)) for i in range(ts.n_items)],
                  "index": torch.from_numpy(index), "ratings": torch.from_numpy(ratings)}
         save_model(self, path, state)
 
@@ -231,6 +231,7 @@ class MWGP(HyperParamsMixin, AlgoBase):
         -------
         self
         """
+        uid = plain_id(uid)
         post, row, items, values = self._folded(uid, ratings)
         self.posterior_ = post
         self.trainset = _with_user_ratings(self.trainset, uid, row, items, values)
@@ -241,6 +242,8 @@ class MWGP(HyperParamsMixin, AlgoBase):
         ts = self.trainset
         items, values = check_fold_ratings(ratings, lambda raw: self._inner_ids("item", raw), ts.rating_scale)
         inner = int(self._inner_ids("user", [uid])[0])
+        if inner < 0:
+            check_not_twin("user", uid, ts._raw2inner_id_users.__contains__)
         known = None
         if inner >= 0:
             block = np.asarray(ts.ur[inner], dtype=np.float64).reshape(-1, 2)

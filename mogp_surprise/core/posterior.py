@@ -32,8 +32,8 @@ from .model import MWGPModule
 if TYPE_CHECKING:  # pragma: no cover
     from .foldin import FoldedUser
 
-# rows of every prediction GEMM (see MWGPPosterior._latent_pattern)
-_ROW_BLOCK = 1024
+# every prediction GEMM has a multiple of _ROW_PAD and at most _ROW_BLOCK rows (MWGPPosterior._latent_pattern)
+_ROW_PAD, _ROW_BLOCK = 64, 1024
 
 # tensors that make up a posterior, in the order they are saved
 _TENSORS = ("inducing", "lengthscale", "outputscale", "noise", "global_mean", "w", "M",
@@ -424,14 +424,15 @@ class MWGPPosterior:
     def _latent_pattern(self, index: Tensor, code: int) -> tuple[Tensor, Tensor]:
         """Moments of f for rows that share one pattern of unknown factors.
 
-        The rows are computed in blocks of exactly ``_ROW_BLOCK`` (the last one padded with copies
-        of its first row): BLAS sums in another order for products of other shapes (few rows,
-        other thread splits), so without fixed blocks a pair's prediction would change in its last
-        bits with the rows it is computed with (``predict(u, i)`` vs ``test(testset)``;
-        scikit-learn's subset invariance). With them it is bit-identical, in float32 too.
+        The rows are padded to a multiple of ``_ROW_PAD`` (copies of the first row) and computed in
+        blocks of at most ``_ROW_BLOCK`` rows: BLAS sums in another order for products with few
+        rows, so without the padding a pair's prediction would change in its last bits with the
+        rows it is computed with (``predict(u, i)`` vs ``test(testset)``; scikit-learn's subset
+        invariance). With it every prediction is bit-identical whatever its batch, float32 too
+        (``tests/core/test_posterior.py``); cache-sized blocks are also faster than one product.
         """
         n = index.shape[0]
-        pad = -n % _ROW_BLOCK
+        pad = -n % _ROW_PAD
         if pad:
             index = torch.cat([index, index[:1].expand(pad, -1)])
         parts = [self._latent_rows(index[start:start + _ROW_BLOCK], code) for start in range(0, n + pad, _ROW_BLOCK)]

@@ -119,7 +119,7 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
         # same learning-rate schedule, stopped after that many epochs (measured on 10 % samples of
         # ML-100K: RMSE 1.0028 vs 1.0078 when the schedule is compressed into the chosen epochs)
         perm = torch.randperm(n, generator=gen)
-        n_val = max(1, int(round(config.validation_fraction * n)))
+        n_val = min(n - 1, max(1, int(round(config.validation_fraction * n))))  # >= 1 rating on each side
         held, kept = perm[:n_val], perm[n_val:]
         run = _train(idx_t[kept], y_t[kept], n_levels, config, gen, batch, device,
                      validation=(idx_t[held], y_t[held]))

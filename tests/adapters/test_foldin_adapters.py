@@ -131,7 +131,7 @@ def test_surprise_fold_in_survives_a_round_trip(algo, split, tmp_path):
 
 @pytest.mark.parametrize("ratings, match", [
     ({"no-such-item": 3.0}, r"not in the training data: \['no-such-item'\]"),
-    ({"i1": 7.0}, r"rating scale \[1, 5\]"),
+    ({"i1": 7.0}, r"(rating scale|range of the training ratings) \[1, 5\]"),
     ([("i1", 3.0), ("i1", 4.0)], r"rates item\(s\) \['i1'\] more than once"),
     ({"i1": "good"}, r"rating of item 'i1' must be a number"),
     ({"i1": float("nan")}, r"must be finite"),
@@ -151,3 +151,61 @@ def test_bad_recommend_arguments_name_the_problem(algo):
         algo.recommend("new", kappa=-1.0, ratings={"i1": 3.0})
     with pytest.raises(ValueError, match="`n` must be an int >= 1"):
         algo.recommend("new", n=0, ratings={"i1": 3.0})
+
+
+def _int_id_data(seed: int = 0) -> pd.DataFrame:
+    """Int ids with repeated (user, item) pairs, as a plain ratings file can hold them."""
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({"user": rng.integers(0, 40, 800), "item": rng.integers(0, 30, 800),
+                         "rating": rng.integers(1, 6, 800).astype(float)})
+
+
+def test_numpy_ids_fold_in_and_save(tmp_path):
+    """Ids taken from a DataFrame are numpy scalars; model files store plain Python values."""
+    df = _int_id_data()
+    algo = MWGP(**PARAMS).fit(to_surprise_dataset(df, rating_scale=(1, 5)).build_full_trainset())
+    algo.fold_in(np.int64(9999), {np.int64(5): 5.0})
+    algo.save(tmp_path / "a.pt")
+    assert MWGP.load(tmp_path / "a.pt").predict(9999, 5).est == algo.predict(9999, 5).est
+    est = MWGPRegressor(**PARAMS).fit(df[["user", "item"]], df["rating"])
+    est.fold_in(np.str_("zz"), [(5, 4.0)])
+    est.fold_in("abc", [(5, 4.0)])  # int and str users in one encoder
+    est.save(tmp_path / "b.pt")
+    loaded = MWGPRegressor.load(tmp_path / "b.pt")
+    X = pd.DataFrame({"user": [1, 3, "abc", "zz"], "item": [5, 5, 5, 5]})
+    np.testing.assert_array_equal(loaded.predict(X), est.predict(X))  # the int ids are still ints
+
+
+def test_a_known_user_with_repeated_training_pairs_folds_in(tmp_path):
+    df = _int_id_data()
+    algo = MWGP(**PARAMS).fit(to_surprise_dataset(df, rating_scale=(1, 5)).build_full_trainset())
+    repeated = df[df.duplicated(["user", "item"], keep=False)]["user"].iloc[0]
+    algo.fold_in(int(repeated), {5: 5.0})
+    assert np.isfinite(algo.predict(int(repeated), 5).est)
+
+
+def test_folding_in_an_id_whose_twin_is_known_is_refused():
+    """``fold_in("3", ...)`` on a model that knows user 3 would silently add a second user."""
+    import warnings
+
+    df = _int_id_data()
+    algo = MWGP(**PARAMS).fit(to_surprise_dataset(df, rating_scale=(1, 5)).build_full_trainset())
+    est = MWGPRegressor(**PARAMS).fit(df[["user", "item"]], df["rating"])
+    for model in (algo, est):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with pytest.raises(ValueError, match=r"user id '3' \(str\) is not in the model, but 3 \(int\) is"):
+                copy.deepcopy(model).fold_in("3", [(5, 4.0)])
+
+
+def test_a_regressor_pickled_before_fold_in_existed_still_recommends():
+    import pickle
+
+    df = _int_id_data()
+    est = MWGPRegressor(**PARAMS).fit(df[["user", "item"]], df["rating"])
+    old = copy.deepcopy(est)
+    old.__dict__["_rated"] = old._rated[:2]  # (indptr, items): no ratings yet
+    restored = pickle.loads(pickle.dumps(old))
+    pd.testing.assert_frame_equal(restored.recommend(1, n=3), est.recommend(1, n=3))
+    with pytest.raises(ValueError, match="refit it to fold in users"):
+        restored.fold_in(1, [(5, 4.0)])

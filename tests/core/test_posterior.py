@@ -117,10 +117,18 @@ def test_a_prediction_does_not_depend_on_the_other_rows(dtype) -> None:
         parts = [post.predict(index[k:k + size]) for k in range(0, len(index), size)]
         np.testing.assert_array_equal(np.concatenate([p[0] for p in parts]), mean)
         np.testing.assert_array_equal(np.concatenate([p[1] for p in parts]), var)
-    order = np.random.default_rng(0).permutation(len(index))
+    rng = np.random.default_rng(0)
+    order = rng.permutation(len(index))
     m2, v2 = post.predict(index[order], chunk_size=1000)
     np.testing.assert_array_equal(m2, mean[order])
     np.testing.assert_array_equal(v2, var[order])
+    big = index[rng.integers(0, len(index), 5000)]  # several row blocks, and blocks of every padded size
+    m3, v3 = post.predict(big, chunk_size=3000)
+    for size in (1, 63, 65, 1023, 1025):
+        start = int(rng.integers(0, len(big) - size))
+        m4, v4 = post.predict(big[start:start + size])
+        np.testing.assert_array_equal(m4, m3[start:start + size])
+        np.testing.assert_array_equal(v4, v3[start:start + size])
 
 
 def _mixed_index() -> np.ndarray:

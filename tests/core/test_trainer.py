@@ -304,3 +304,9 @@ def test_early_stopping_auto_is_on_for_small_data_only() -> None:
     assert not config.uses_early_stopping(EARLY_STOPPING_BELOW)
     assert MWGPConfig(early_stopping=True).uses_early_stopping(10 ** 7)
     assert not MWGPConfig(early_stopping=False).uses_early_stopping(100)
+
+
+def test_early_stopping_keeps_a_rating_on_each_side_of_the_split() -> None:
+    res = fit_mwgp(np.array([[0, 0], [1, 1]]), np.array([3.0, 4.0]), (2, 2),
+                   MWGPConfig(early_stopping=True, validation_fraction=0.9, n_inducing=2, n_epochs=3, random_state=0))
+    assert len(res.validation_rmse) >= 1 and 1 <= res.n_epochs <= 3
