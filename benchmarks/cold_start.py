@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import table, write_json  # noqa: E402
+from _common import hold_out_users, table, write_json  # noqa: E402
 
 from mogp_surprise.compare import ALGORITHMS  # noqa: E402
 from mogp_surprise.datasets import to_surprise_dataset  # noqa: E402
@@ -37,9 +37,7 @@ def main(argv=None) -> dict:
     data = synthetic(5000) if a.quick else load_or_synthesize(a.dataset)
     df = data.ratings
     rng = np.random.default_rng(a.seed)
-    users = df["user"].unique()
-    cold_users = set(rng.choice(users, size=max(1, int(a.cold_users * len(users))), replace=False).tolist())
-    is_cold = df["user"].isin(cold_users).to_numpy()
+    cold_users, is_cold = hold_out_users(df, a.cold_users, rng)
     warm = df[~is_cold]
     test_mask = rng.random(len(warm)) < 0.2
     train, warm_test, cold_test = warm[~test_mask], warm[test_mask], df[is_cold]

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import table, write_json  # noqa: E402
+from _common import hold_out_users, table, write_json  # noqa: E402
 
 from mogp_surprise import MWGP  # noqa: E402
 from mogp_surprise.compare import ALGORITHMS  # noqa: E402
@@ -91,9 +91,7 @@ def main(argv=None) -> dict:
     algos = [] if a.quick else a.algos
     df = data.ratings
     rng = np.random.default_rng(a.seed)
-    all_users = df["user"].unique()
-    held = set(rng.choice(all_users, size=max(1, int(a.held_out * len(all_users))), replace=False).tolist())
-    is_held = df["user"].isin(held).to_numpy()
+    held, is_held = hold_out_users(df, a.held_out, rng)
     train = df[~is_held]
     known_items = set(train["item"])
     fold, test = {}, []  # user -> their first 20 ratings (seeded order); test rows after the 20th
