@@ -151,8 +151,9 @@ def test_str_ids_for_an_int_trained_model_warn_once():
     rng = np.random.default_rng(0)
     X = pd.DataFrame({"user": rng.integers(0, 20, 300), "item": rng.integers(0, 30, 300)})
     est = MWGPRegressor(**TINY).fit(X, rng.normal(size=300))
-    with pytest.warns(UserWarning, match=r"user id '\d+' \(str\) is not in the training data, but \d+ \(int\) is"):
+    with pytest.warns(UserWarning, match=r"user id '\d+' \(str\) is not in the training data, but \d+ \(int\) is") as record:
         cold = est.predict(X.astype(str).head(3))
+    assert {w.filename for w in record} == {__file__}  # the warning points at the user's call
     assert not np.allclose(cold, est.predict(X.head(3)))
     import warnings
     with warnings.catch_warnings():
