@@ -220,6 +220,18 @@ def recommend_frame(posterior: MWGPPosterior, raw_users: Sequence[Any], inner_us
         result.items[valid]], "mean": result.mean[valid], "std": result.std[valid], "score": result.score[valid]})
 
 
+def recommend_folded(fold: Callable[[], tuple], user: Any, raw_items: np.ndarray, n: int, strategy: str,
+                     kappa: float, exclude_rated: bool) -> pd.DataFrame:
+    """Top-``n`` of one user with ratings folded in for this call: ``fold()`` returns what
+    :func:`fold_in_user` does; the arguments are checked before that work."""
+    from ..core.recommend import check_strategy
+
+    check_strategy(strategy, kappa, n)
+    post, row, items, _ = fold()
+    return recommend_frame(post, [user], np.array([row]), raw_items, [items] if exclude_rated else None, n,
+                           strategy, kappa).drop(columns="user")
+
+
 def check_fold_ratings(ratings: Any, encode_items: Callable[[list], np.ndarray],
                        rating_range: tuple[float, float] | None,
                        range_name: str = "the rating scale") -> tuple[np.ndarray, np.ndarray]:
@@ -257,8 +269,8 @@ def check_fold_ratings(ratings: Any, encode_items: Callable[[list], np.ndarray],
                          "learns a user from items the model knows; leave these out (or refit with them)")
     codes, counts = np.unique(items, return_counts=True)
     if (counts > 1).any():
-        repeated = sorted({raw for raw, code in zip(raw_items, items.tolist()) if code in set(codes[counts > 1])},
-                          key=str)
+        twice = set(codes[counts > 1].tolist())
+        repeated = sorted({raw for raw, code in zip(raw_items, items.tolist()) if code in twice}, key=str)
         raise ValueError(f"`ratings` rates item(s) {repeated[:5]} more than once; give each item one rating")
     return items.astype(np.int64), values
 

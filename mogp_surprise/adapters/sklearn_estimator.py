@@ -13,7 +13,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..core.trainer import fit_mwgp
 from ._common import (PARAMS_DOC, HyperParamsMixin, IdEncoder, check_fold_ratings, check_id_column, check_not_twin,
-                      fold_in_user, plain_id, recommend_frame, warn_id_twins)
+                      fold_in_user, plain_id, recommend_folded, recommend_frame, warn_id_twins)
 from .persistence import load_model, save_model
 
 class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
@@ -92,12 +92,8 @@ class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
         """
         if ratings is None:
             return self.recommend_many([user], n, strategy, kappa, exclude_rated).drop(columns="user")
-        from ..core.recommend import check_strategy
-
-        check_strategy(strategy, kappa, n)
-        post, row, items, _ = self._folded(user, ratings)
-        return recommend_frame(post, [user], np.array([row]), self.encoders_[1].classes_.to_numpy(),
-                               [items] if exclude_rated else None, n, strategy, kappa).drop(columns="user")
+        return recommend_folded(lambda: self._folded(user, ratings), user, self.encoders_[1].classes_.to_numpy(), n,
+                                strategy, kappa, exclude_rated)
 
     def fold_in(self, user: Any, ratings: Any) -> "MWGPRegressor":
         """Take a user's ratings into account without refitting; see :meth:`mogp_surprise.MWGP.fold_in`.
@@ -112,14 +108,15 @@ class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
         users = self.encoders_[0]
         if row >= users.n_levels:
             self.encoders_[0] = IdEncoder(users.name, users.classes_.append(pd.Index([user], dtype=object)))
+        # the user's segment of the CSR arrays replaced (or appended): O(n_ratings) copies, no re-sort
         indptr, rated, rated_values = self._rated
-        keep = np.ones(len(rated), dtype=bool)
-        if row < len(indptr) - 1:
-            keep[indptr[row]:indptr[row + 1]] = False
-        user_col = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))[keep]
-        index = np.stack([np.concatenate([user_col, np.full(len(items), row)]),
-                          np.concatenate([rated[keep], items])], axis=1)
-        self._rated = _rated_items(index, np.concatenate([rated_values[keep], values]), self.encoders_[0].n_levels)
+        counts = np.diff(indptr)
+        lo, hi = (indptr[row], indptr[row + 1]) if row < len(counts) else (len(rated), len(rated))
+        counts = np.append(counts, 0) if row == len(counts) else counts
+        counts[row] = len(items)
+        self._rated = (np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+                       np.concatenate([rated[:lo], items, rated[hi:]]).astype(np.int64),
+                       np.concatenate([rated_values[:lo], values, rated_values[hi:]]))
         self.posterior_ = post
         return self
 

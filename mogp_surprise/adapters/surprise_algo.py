@@ -7,11 +7,12 @@ import numpy as np
 import pandas as pd
 import torch
 from surprise import AlgoBase, Prediction, Trainset
+from tqdm import tqdm
 
 from ..core.config import MWGPConfig
 from ..core.trainer import fit_mwgp
 from ._common import (PARAMS_DOC, HyperParamsMixin, check_fold_ratings, check_id_column, check_not_twin,
-                      fold_in_user, plain_id, recommend_frame, require_fitted, warn_id_twins)
+                      fold_in_user, plain_id, recommend_folded, recommend_frame, require_fitted, warn_id_twins)
 from .persistence import load_model, save_model
 
 _UNKNOWN_PREFIX = "UKN__"
@@ -145,9 +146,9 @@ class MWGP(HyperParamsMixin, AlgoBase):
         preds = [Prediction(uid, iid, r_ui, float(e), {"var": float(v), "std": float(s), "was_impossible": False,
                                                        "unknown_user": bool(u < 0), "unknown_item": bool(i < 0)})
                  for (uid, iid, r_ui), e, v, s, (u, i) in zip(testset, est, var, std, index.tolist())]
-        if verbose:
+        if verbose:  # Surprise's AlgoBase prints every prediction; tqdm.write keeps progress bars intact
             for pred in preds:
-                print(pred)
+                tqdm.write(str(pred))
         return preds
 
     def predict_dist(self, uid: Any, iid: Any = None, include_noise: bool = True):
@@ -203,13 +204,8 @@ class MWGP(HyperParamsMixin, AlgoBase):
         """
         if ratings is None:
             return self.recommend_many([uid], n, strategy, kappa, exclude_rated).drop(columns="user")
-        from ..core.recommend import check_strategy
-
-        check_strategy(strategy, kappa, n)
-        post, row, items, _ = self._folded(uid, ratings)
-        exclude = [items] if exclude_rated else None
-        return recommend_frame(post, [uid], np.array([row]), self._raw_items(), exclude, n, strategy,
-                               kappa).drop(columns="user")
+        return recommend_folded(lambda: self._folded(uid, ratings), uid, self._raw_items(), n, strategy, kappa,
+                                exclude_rated)
 
     def fold_in(self, uid: Any, ratings: Any) -> "MWGP":
         """Take a user's ratings into account without refitting the model.

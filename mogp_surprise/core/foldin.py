@@ -294,10 +294,7 @@ class _Context:
             self.x_mean, self.x_var = posterior.emb_mean[0].to(**f64), posterior.emb_var[0].to(**f64)
             self.b_mean, self.b_var = posterior.bias_mean[0].to(**f64), posterior.bias_var[0].to(**f64)
             if self.heteroscedastic:
-                pop = info.get("user_noise_population")
-                if pop is None:
-                    mu, lv = self.noise_mean[0].to(**f64), self.noise_logvar[0].to(**f64)
-                    pop = torch.stack([mu.mean(), mu.var(unbiased=False) + torch.exp(lv).mean()])
+                pop = info["user_noise_population"]  # (mean, variance), kept by MWGPPosterior.from_module
                 self.s_mean, self.log_tau = pop[0].to(**f64), torch.log(pop[1].to(**f64))
             else:
                 self.s_mean = zero
