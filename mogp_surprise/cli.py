@@ -274,7 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--folds", type=int, default=5, help="number of cross-validation folds")
     cmp_.add_argument("--algos", nargs="+", default=["mwgp", "svd", "svdpp"], choices=sorted(ALGORITHMS),
                       help="mwgp, mwgp_paper (the paper's model), svd (BiasedMF), svd8 (n_factors=8), svdpp, "
-                           "myfm (needs the myfm extra)")
+                           "myfm (needs the myfm extra), bgplvm (the Bayesian GPLVM; needs the bgplvm extra)")
     cmp_.add_argument("--out", default="results", help="output folder (tables, curves, PNG plots)")
     cmp_.add_argument("--seed", type=int, default=0, help="seed of the folds and of every algorithm")
     _data_options(cmp_)
@@ -333,7 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     try:
         return args.func(args)
-    except (ValueError, TypeError, FileNotFoundError, OSError) as exc:
+    except (ValueError, TypeError, FileNotFoundError, OSError, ImportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

@@ -34,6 +34,7 @@ class AlgoSpec:
     label: str
     uncertainty: str  # "predictive" or "homoscedastic"
     make: Callable[[int, dict[str, Any]], Any]
+    missing: Callable[[], str] | None = None  # an optional dependency's install hint when it is absent, else ""
 
 
 def _mwgp(paper_model: bool) -> Callable[[int, dict[str, Any]], Any]:
@@ -64,9 +65,26 @@ def _svdpp(seed: int):
     return SVDpp(random_state=seed, cache_ratings=True)
 
 
+def _myfm_missing() -> str:
+    from .adapters.myfm_algo import INSTALL_HINT, myfm_available
+    return "" if myfm_available() else INSTALL_HINT
+
+
+def _bgplvm_missing() -> str:
+    from .adapters.bgplvm_algo import INSTALL_HINT, gpytorch_available
+    return "" if gpytorch_available() else INSTALL_HINT
+
+
 def _myfm(seed: int, params: dict[str, Any]):
     from .adapters.myfm_algo import MyFMBaseline
     return MyFMBaseline(random_state=seed)
+
+
+def _bgplvm(seed: int, params: dict[str, Any]):
+    """The Bayesian GPLVM with MW-GP's latent dimension, as in the paper's comparison."""
+    from .adapters.bgplvm_algo import BayesianGPLVMBaseline
+    from .core.config import MWGPConfig
+    return BayesianGPLVMBaseline(latent_dim=params.get("latent_dim", MWGPConfig.latent_dim), random_state=seed)
 
 
 ALGORITHMS: dict[str, AlgoSpec] = {
@@ -75,7 +93,8 @@ ALGORITHMS: dict[str, AlgoSpec] = {
     "svd": AlgoSpec("BiasedMF (Surprise SVD)", "homoscedastic", _homoscedastic(_svd(None))),
     "svd8": AlgoSpec("BiasedMF r=8 (SVD n_factors=8)", "homoscedastic", _homoscedastic(_svd(8))),
     "svdpp": AlgoSpec("SVD++ (Surprise SVDpp)", "homoscedastic", _homoscedastic(_svdpp)),
-    "myfm": AlgoSpec("Bayesian FM (myFM, rank 8)", "predictive", _myfm),
+    "myfm": AlgoSpec("Bayesian FM (myFM, rank 8)", "predictive", _myfm, _myfm_missing),
+    "bgplvm": AlgoSpec("Bayesian GPLVM (GPyTorch)", "predictive", _bgplvm, _bgplvm_missing),
 }
 
 
@@ -121,7 +140,7 @@ def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: i
     ----------
     dataset : surprise.Dataset
     algos : sequence of str
-        Keys of :data:`ALGORITHMS` (``mwgp``, ``svd``, ``svd8``, ``svdpp``, ``myfm``) or of ``extra_algos``.
+        Keys of :data:`ALGORITHMS` (``mwgp``, ``mwgp_paper``, ``svd``, ``svd8``, ``svdpp``, ``myfm``, ``bgplvm``) or of ``extra_algos``.
     n_folds : int, default=5
     random_state : int, default=0
         Seeds the folds and every algorithm.
@@ -139,6 +158,9 @@ def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: i
     unknown = [a for a in algos if a not in registry]
     if unknown:
         raise ValueError(f"unknown algorithm(s) {unknown}; choose from {sorted(registry)}")
+    absent = [hint for hint in (registry[a].missing() for a in algos if registry[a].missing) if hint]
+    if absent:  # say so before any fit, not after hours of the others
+        raise ImportError("; ".join(absent))
     if not isinstance(n_folds, (int, np.integer)) or n_folds < 2:
         raise ValueError(f"`n_folds` must be an int >= 2, got {n_folds!r}")
     params = dict(mwgp_params or {})

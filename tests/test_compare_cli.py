@@ -313,3 +313,32 @@ def test_cli_predict_on_a_model_with_int_ids(tmp_path, capsys):
     assert main(["predict", "--model", str(tmp_path / "int.pt"), "--user", "3", "--item", "5"]) == 0
     line = capsys.readouterr().out.splitlines()[-1]
     assert line.split()[:3] == ["5", "title", "5"] and "cold start" not in line
+
+
+def test_cli_compare_with_the_bayesian_gplvm(tiny_ml100k, tmp_path, capsys):
+    pytest.importorskip("gpytorch", reason="the Bayesian GPLVM needs GPyTorch (pip install -e '.[bgplvm]')")
+    out = tmp_path / "res"
+    rc = main(["compare", "--dataset", "ml-100k", "--data-dir", str(tiny_ml100k), "--folds", "2",
+               "--algos", "bgplvm", "svd", "--out", str(out), "--no-progress"])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "| Bayesian GPLVM (GPyTorch) | predictive |" in printed
+    folds = pd.read_csv(out / "folds.csv").set_index("algo")
+    assert (folds.loc["bgplvm", "rmse_q100"] < 1.2).all() and (folds.loc["bgplvm", "coverage_90"] > 0.75).all()
+    curves = pd.read_csv(out / "curves.csv")
+    assert curves.loc[curves["algo"] == "bgplvm", "rmse"].nunique() > 5  # a real QP curve, not ties
+
+
+def test_a_missing_optional_dependency_stops_compare_before_any_fit(synthetic_data, monkeypatch, capsys,
+                                                                     tiny_ml100k, tmp_path):
+    import mogp_surprise.adapters.bgplvm_algo as bgplvm_algo
+
+    _Recorder.seen = []
+    monkeypatch.setattr(bgplvm_algo, "gpytorch_available", lambda: False)
+    extra = {"rec_a": AlgoSpec("A", "predictive", lambda seed, p: _Recorder())}
+    with pytest.raises(ImportError, match=r"pip install -e '\.\[bgplvm\]'"):
+        compare(synthetic_data, algos=["rec_a", "bgplvm"], n_folds=2, extra_algos=extra)
+    assert _Recorder.seen == []
+    rc = main(["compare", "--data-dir", str(tiny_ml100k), "--folds", "2", "--algos", "svd", "bgplvm",
+               "--out", str(tmp_path / "o"), "--no-progress"])
+    assert rc == 2 and "[bgplvm]" in capsys.readouterr().err and not (tmp_path / "o").exists()

@@ -17,6 +17,10 @@ import scipy.sparse as sp
 from surprise import AlgoBase, Prediction, PredictionImpossible, Trainset
 
 
+INSTALL_HINT = ("MyFMBaseline needs the optional package myFM: from a checkout of mogp_surprise run "
+                "`pip install -e '.[myfm]'` (or `pip install myfm 'setuptools<81'`)")
+
+
 def myfm_available() -> bool:
     try:
         with warnings.catch_warnings():
@@ -56,8 +60,7 @@ class MyFMBaseline(AlgoBase):
 
     def fit(self, trainset: Trainset) -> "MyFMBaseline":
         if not myfm_available():
-            raise ImportError("MyFMBaseline needs the optional package myFM: from a checkout of mogp_surprise run "
-                              "`pip install -e '.[myfm]'` (or `pip install myfm 'setuptools<81'`)")
+            raise ImportError(INSTALL_HINT)
         if not 1 <= self.n_kept_samples <= self.n_iter:
             raise ValueError(f"`n_kept_samples` must lie in [1, n_iter={self.n_iter}], got {self.n_kept_samples}")
         with warnings.catch_warnings():
