@@ -13,6 +13,17 @@ DATA_DIR = Path(os.environ.get("MOGP_DATA") or REPO_ROOT.parent / "shared" / "da
 FAST = {"n_epochs": 3, "n_inducing": 16, "batch_size": 256, "random_state": 0}
 
 
+def constant_rmse(data, cv) -> "np.ndarray":
+    """Per-fold test RMSE of the training fold's global mean: the bound any model must beat."""
+    import numpy as np
+
+    out = []
+    for trainset, testset in cv.split(data):
+        y = np.array([r for *_, r in testset])
+        out.append(float(np.sqrt(np.mean((y - trainset.global_mean) ** 2))))
+    return np.array(out)
+
+
 def _skip_reason(name: str) -> str:
     return (f"MovieLens {name} not found under {DATA_DIR} (set MOGP_DATA to a folder holding "
             f"{name}/, e.g. MOGP_DATA=../shared/data)")

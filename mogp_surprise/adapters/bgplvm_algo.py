@@ -31,13 +31,14 @@ From GPyTorch: ``BayesianGPLVM``, ``VariationalLatentVariable`` (q(x) and its KL
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
 
 import numpy as np
 import scipy.sparse as sp
 import torch
-from surprise import AlgoBase, Prediction, PredictionImpossible, Trainset
+from surprise import AlgoBase, Trainset
 from tqdm.auto import tqdm
+
+from ._moments_algo import MomentsAlgo
 
 INSTALL_HINT = ("the Bayesian GPLVM needs the optional package GPyTorch: from a checkout of mogp_surprise run "
                 "`pip install -e '.[bgplvm]'` (or `pip install gpytorch`)")
@@ -114,7 +115,7 @@ def _build(x_init: torch.Tensor, n_items: int, n_inducing: int, generator: torch
     return model, likelihood
 
 
-class BayesianGPLVMBaseline(AlgoBase):
+class BayesianGPLVMBaseline(MomentsAlgo):
     """Bayesian GPLVM on (user, item) ratings: users are data points, items the GP's outputs.
 
     Parameters
@@ -135,6 +136,8 @@ class BayesianGPLVMBaseline(AlgoBase):
     verbose : bool, default=False
         Show a progress bar over epochs.
     """
+
+    _fitted_attr = "latent_draws_"
 
     def __init__(self, latent_dim: int = 8, n_inducing: int = 32, n_epochs: int = 50, batch_size: int = 128,
                  lr: float = 0.02, n_samples: int = 32, random_state: int = 0, verbose: bool = False) -> None:
@@ -256,44 +259,3 @@ class BayesianGPLVMBaseline(AlgoBase):
         bias = (self.global_mean_ + np.where(users >= 0, self.user_bias_[np.maximum(users, 0)], 0.0)
                 + np.where(items >= 0, self.item_bias_[np.maximum(items, 0)], 0.0))
         return mean.double().numpy() + bias, var.double().numpy() + self.noise_var_
-
-    def _inner(self, testset: Sequence[tuple[Any, ...]]) -> tuple[np.ndarray, np.ndarray]:
-        u_map, i_map = self.trainset._raw2inner_id_users, self.trainset._raw2inner_id_items
-        return (np.array([u_map.get(t[0], -1) for t in testset], dtype=np.int64),
-                np.array([i_map.get(t[1], -1) for t in testset], dtype=np.int64))
-
-    def estimate(self, u: Any, i: Any) -> tuple[float, dict[str, Any]]:
-        if not hasattr(self, "latent_draws_"):
-            raise PredictionImpossible("BayesianGPLVMBaseline is not fitted")
-        uu = np.array([u if isinstance(u, (int, np.integer)) else -1])
-        ii = np.array([i if isinstance(i, (int, np.integer)) else -1])
-        mean, var = self._moments(uu, ii)
-        return float(mean[0]), self._details(float(var[0]), bool(uu[0] < 0), bool(ii[0] < 0))
-
-    @staticmethod
-    def _details(var: float, unknown_user: bool, unknown_item: bool) -> dict[str, Any]:
-        details: dict[str, Any] = {"var": var, "std": math.sqrt(var), "was_impossible": False}
-        if unknown_user:
-            details["unknown_user"] = True
-        if unknown_item:
-            details["unknown_item"] = True
-        return details
-
-    def test(self, testset: Sequence[tuple[Any, Any, float]], verbose: bool = False) -> list[Prediction]:
-        """Batched predictions (estimates clipped to the rating scale, like Surprise's)."""
-        testset = list(testset)
-        users, items = self._inner(testset)
-        mean, var = self._moments(users, items)
-        low, high = self.trainset.rating_scale
-        out = [Prediction(uid, iid, r, float(np.clip(m, low, high)), self._details(float(v), bool(u < 0), bool(i < 0)))
-               for (uid, iid, r), m, v, u, i in zip(testset, mean, var, users, items)]
-        if verbose:
-            for p in out:
-                tqdm.write(str(p))
-        return out
-
-    def predict_dist(self, testset: Sequence[tuple[Any, ...]]) -> tuple[np.ndarray, np.ndarray]:
-        """Predictive mean (unclipped) and variance over a list of (uid, iid[, r]) tuples of raw ids."""
-        if not hasattr(self, "latent_draws_"):
-            raise PredictionImpossible("BayesianGPLVMBaseline is not fitted")
-        return self._moments(*self._inner(list(testset)))

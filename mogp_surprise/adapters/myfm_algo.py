@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import functools
 import warnings
-from typing import Any, Sequence
 from unittest import mock
 
 import numpy as np
 import scipy.sparse as sp
-from surprise import AlgoBase, Prediction, PredictionImpossible, Trainset
+from surprise import AlgoBase, Trainset
+
+from ._moments_algo import MomentsAlgo
 
 
 INSTALL_HINT = ("MyFMBaseline needs the optional package myFM: from a checkout of mogp_surprise run "
@@ -31,7 +32,7 @@ def myfm_available() -> bool:
     return True
 
 
-class MyFMBaseline(AlgoBase):
+class MyFMBaseline(MomentsAlgo):
     """Bayesian FM (myFM ``MyFMRegressor``, Gibbs sampling) on one-hot (user, item) ids.
 
     Parameters
@@ -43,6 +44,8 @@ class MyFMBaseline(AlgoBase):
         Last samples kept for prediction (the rest is burn-in).
     random_state : int, default=0
     """
+
+    _fitted_attr = "model_"
 
     def __init__(self, rank: int = 8, n_iter: int = 200, n_kept_samples: int = 150, random_state: int = 0) -> None:
         AlgoBase.__init__(self)
@@ -95,26 +98,3 @@ class MyFMBaseline(AlgoBase):
         X = self._design(users, items)
         samples = np.stack([fm.predict_score(X, []) for fm in self.model_.predictor_.samples])
         return samples.mean(0), samples.var(0) + self.noise_var_
-
-    def estimate(self, u: Any, i: Any) -> tuple[float, dict[str, float]]:
-        if not hasattr(self, "model_"):
-            raise PredictionImpossible("MyFMBaseline is not fitted")
-        uu = np.array([u if isinstance(u, (int, np.integer)) else -1])
-        ii = np.array([i if isinstance(i, (int, np.integer)) else -1])
-        mean, var = self._moments(uu, ii)
-        return float(mean[0]), {"var": float(var[0]), "std": float(np.sqrt(var[0]))}
-
-    def test(self, testset: Sequence[tuple[Any, Any, float]], verbose: bool = False) -> list[Prediction]:
-        testset = list(testset)
-        mean, var = self.predict_dist(testset)
-        low, high = self.trainset.rating_scale
-        return [Prediction(uid, iid, r, float(np.clip(m, low, high)),
-                           {"var": float(v), "std": float(np.sqrt(v)), "was_impossible": False})
-                for (uid, iid, r), m, v in zip(testset, mean, var)]
-
-    def predict_dist(self, testset: Sequence[tuple[Any, Any, Any]]) -> tuple[np.ndarray, np.ndarray]:
-        """Predictive mean (unclipped) and variance over a list of (uid, iid[, r]) tuples."""
-        u_map, i_map = self.trainset._raw2inner_id_users, self.trainset._raw2inner_id_items
-        users = np.array([u_map.get(t[0], -1) for t in testset], dtype=np.int64)
-        items = np.array([i_map.get(t[1], -1) for t in testset], dtype=np.int64)
-        return self._moments(users, items)

@@ -1,0 +1,66 @@
+"""MomentsAlgo: one Surprise surface (estimate, test, predict_dist) over a baseline's moments."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from surprise import PredictionImpossible
+
+from mogp_surprise.adapters._moments_algo import MomentsAlgo
+from mogp_surprise.datasets import to_surprise_dataset
+
+
+class _Linear(MomentsAlgo):
+    """mean = 2 * inner user id - inner item id (unknown: 10), var = 1 + inner item id (unknown: 50)."""
+
+    _fitted_attr = "fitted_"
+
+    def fit(self, trainset):
+        MomentsAlgo.fit(self, trainset)
+        self.fitted_ = True
+        return self
+
+    def _moments(self, users, items):
+        mean = np.where((users >= 0) & (items >= 0), 2.0 * users - items, 10.0)
+        var = np.where(items >= 0, 1.0 + items, 50.0)
+        return mean, var
+
+
+@pytest.fixture(scope="module")
+def algo():
+    df = pd.DataFrame({"user": ["a", "a", "b", "c"], "item": ["x", "y", "x", "z"], "rating": [1, 2, 3, 4]})
+    return _Linear().fit(to_surprise_dataset(df, rating_scale=(1, 5)).build_full_trainset())
+
+
+def test_predict_dist_is_unclipped_and_test_clips_like_surprise(algo):
+    trainset = algo.trainset
+    pairs = [("c", "x", 3.0), ("a", "z", 1.0), ("nobody", "x", 2.0), ("a", "nothing", 5.0)]
+    mean, var = algo.predict_dist(pairs)
+    u = [trainset.to_inner_uid(x) for x in "ca"]
+    i = [trainset.to_inner_iid(x) for x in "xz"]
+    np.testing.assert_array_equal(mean, [2.0 * u[0] - i[0], 2.0 * u[1] - i[1], 10.0, 10.0])
+    np.testing.assert_array_equal(var, [1 + i[0], 1 + i[1], 1 + i[0], 50.0])
+    preds = algo.test(pairs)
+    assert [p.est for p in preds] == list(np.clip(mean, 1, 5))
+    assert [p.details["std"] for p in preds] == pytest.approx(np.sqrt(var))
+    assert preds[2].details.get("unknown_user") and "unknown_item" not in preds[2].details
+    assert preds[3].details.get("unknown_item") and "unknown_user" not in preds[3].details
+    assert not any(p.details["was_impossible"] for p in preds)
+
+
+def test_single_predict_equals_test(algo):
+    pairs = [("c", "x", 3.0), ("nobody", "x", 2.0), ("a", "nothing", 5.0)]
+    assert [(p.est, p.details) for p in algo.test(pairs)] == [(p.est, p.details) for p in
+                                                             (algo.predict(u, i, r) for u, i, r in pairs)]
+
+
+def test_verbose_test_writes_each_prediction(algo, capsys):
+    algo.test([("c", "x", 3.0)], verbose=True)
+    assert "user: c" in capsys.readouterr().out
+
+
+def test_unfitted_says_so():
+    with pytest.raises(PredictionImpossible, match="_Linear is not fitted"):
+        _Linear().predict_dist([("a", "x")])
+    with pytest.raises(PredictionImpossible, match="not fitted"):
+        _Linear().test([("a", "x", 1.0)])
