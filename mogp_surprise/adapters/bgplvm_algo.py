@@ -17,7 +17,8 @@ From GPyTorch: ``BayesianGPLVM``, ``VariationalLatentVariable`` (q(x) and its KL
 
 * the GP models what a regularised bias baseline leaves: rating = mu + b_u + b_i + f_i(x_u) + noise,
   with the biases fitted first by alternating ridge steps (Surprise ``BaselineOnly``'s
-  regularisation); without them a 20-epoch fit stays near the global mean (ML-100K RMSE > 1.0);
+  regularisation); they speed up the first epochs (ML-1M, 10 epochs: RMSE 0.889 vs 0.907 on
+  ratings minus the global mean) and change nothing after 50 (0.8632 vs 0.8630);
 * q(x) starts at the top principal components of the residual matrix (unit variance), the
   inducing inputs at a random subset of them;
 * the predictive distribution for scattered (user, item) pairs: GPyTorch's predictive for one

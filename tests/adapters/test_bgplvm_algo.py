@@ -137,7 +137,7 @@ def test_cross_validate_smoke(synthetic_data):
 
     out = cross_validate(BayesianGPLVMBaseline(**TINY), synthetic_data, measures=["rmse"], cv=KFold(2, random_state=0))
     assert len(out["test_rmse"]) == 2
-    assert np.all(out["test_rmse"] < 0.9 * constant_rmse(synthetic_data, KFold(2, random_state=0)))
+    assert np.all(out["test_rmse"] < 0.98 * constant_rmse(synthetic_data, KFold(2, random_state=0)))
 
 
 @pytest.mark.parametrize("name, value", [("latent_dim", 0), ("n_epochs", 1.5), ("batch_size", True),

@@ -125,7 +125,7 @@ def test_cross_validate(synthetic_data, n_jobs):
     res = cross_validate(MWGP(**FAST), synthetic_data, measures=["rmse", "mae"], cv=KFold(3, random_state=0),
                          n_jobs=n_jobs)
     assert res["test_rmse"].shape == (3,)
-    assert np.all(res["test_rmse"] < 0.9 * constant_rmse(synthetic_data, KFold(3, random_state=0)))
+    assert np.all(res["test_rmse"] < 0.98 * constant_rmse(synthetic_data, KFold(3, random_state=0)))
 
 
 def test_grid_search(synthetic_data):
