@@ -3,7 +3,7 @@
 A subclass implements ``_moments(users, items)`` on Surprise inner ids (-1 for an id unknown at
 fit time) and names the attribute that ``fit`` sets last (``_fitted_attr``); this class turns
 that into ``estimate``, a batched ``test`` and ``predict_dist`` with the details of
-:class:`~mogp_surprise.MWGP`'s predictions (``var``, ``std``, ``unknown_user``/``unknown_item``).
+:class:`~mogp_surprise.MWGP`'s predictions (``var``, ``std``, and ``unknown_user``/``unknown_item``, True or False).
 """
 from __future__ import annotations
 
@@ -32,12 +32,8 @@ class MomentsAlgo(AlgoBase):
 
     @staticmethod
     def _details(var: float, unknown_user: bool, unknown_item: bool) -> dict[str, Any]:
-        details: dict[str, Any] = {"var": var, "std": math.sqrt(var), "was_impossible": False}
-        if unknown_user:
-            details["unknown_user"] = True
-        if unknown_item:
-            details["unknown_item"] = True
-        return details
+        return {"var": var, "std": math.sqrt(var), "was_impossible": False,
+                "unknown_user": unknown_user, "unknown_item": unknown_item}
 
     def estimate(self, u: Any, i: Any) -> tuple[float, dict[str, Any]]:
         self._check_fitted()

@@ -32,6 +32,7 @@ From GPyTorch: ``BayesianGPLVM``, ``VariationalLatentVariable`` (q(x) and its KL
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 import scipy.sparse as sp
@@ -161,13 +162,25 @@ class BayesianGPLVMBaseline(MomentsAlgo):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"`{name}` must be an int >= 1, got {value!r}")
-        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not 0 < self.lr < math.inf:
+        if isinstance(self.lr, bool) or not isinstance(self.lr, numbers.Real) or not 0 < self.lr < math.inf:
             raise ValueError(f"`lr` must be a positive finite number, got {self.lr!r}")
+
+    def _seed(self) -> int:
+        """``random_state`` as Surprise takes it: an int, None (a fresh seed) or a numpy RandomState."""
+        state = self.random_state
+        if state is None:
+            return int(np.random.randint(2**31))
+        if isinstance(state, np.random.RandomState):
+            return int(state.randint(2**31))
+        if isinstance(state, (int, np.integer)) and not isinstance(state, bool) and state >= 0:
+            return int(state)
+        raise ValueError(f"`random_state` must be a non-negative int, None or a numpy RandomState, got {state!r}")
 
     def fit(self, trainset: Trainset) -> "BayesianGPLVMBaseline":
         if not gpytorch_available():
             raise ImportError(INSTALL_HINT)
         self._check_params()
+        seed = self._seed()
         AlgoBase.fit(self, trainset)
         users, items, ratings = (np.array(col) for col in zip(*trainset.all_ratings()))
         users, items = users.astype(np.int64), items.astype(np.int64)
@@ -175,11 +188,14 @@ class BayesianGPLVMBaseline(MomentsAlgo):
         self.global_mean_, self.user_bias_, self.item_bias_ = fit_biases(
             users, items, ratings.astype(np.float64), n_users, n_items)
         resid = ratings - self.global_mean_ - self.user_bias_[users] - self.item_bias_[items]
-        table = sp.csr_matrix((resid, (users, items)), shape=(n_users, n_items))
+        # Surprise keeps repeated (user, item) ratings: one cell, their mean residual
+        cells, where = np.unique(users * n_items + items, return_inverse=True)
+        resid = np.bincount(where, resid) / np.bincount(where)
+        table = sp.csr_matrix((resid, (cells // n_items, cells % n_items)), shape=(n_users, n_items))
         with torch.random.fork_rng(devices=[]):  # GPyTorch samples q(x) from the global generator
-            torch.manual_seed(self.random_state)
-            gen = torch.Generator().manual_seed(self.random_state)
-            x_init = torch.tensor(pca_init(table, self.latent_dim, self.random_state), dtype=torch.float32)
+            torch.manual_seed(seed)
+            gen = torch.Generator().manual_seed(seed)
+            x_init = torch.tensor(pca_init(table, self.latent_dim, seed), dtype=torch.float32)
             model, likelihood = _build(x_init, n_items, min(self.n_inducing, n_users), gen)
             self._train(model, likelihood, table, gen)
             self._freeze(model, likelihood, gen)
@@ -202,9 +218,15 @@ class BayesianGPLVMBaseline(MomentsAlgo):
                 target = np.full(rows.shape, np.nan, dtype=np.float32)
                 target[np.repeat(np.arange(len(batch)), np.diff(rows.indptr)), rows.indices] = rows.data
                 optimizer.zero_grad()
-                with gpytorch.settings.observation_nan_policy("fill"):
-                    x = model.sample_latent_variable()[torch.as_tensor(batch)]
-                    loss = -elbo(model(x), torch.from_numpy(target).T).sum()
+                try:
+                    with gpytorch.settings.observation_nan_policy("fill"):
+                        x = model.sample_latent_variable()[torch.as_tensor(batch)]
+                        loss = -elbo(model(x), torch.from_numpy(target).T).sum()
+                except (RuntimeError, ValueError) as exc:  # e.g. linear_operator's NanError, invalid q(x) scale
+                    raise ValueError(f"the Bayesian GPLVM's training diverged ({type(exc).__name__}); "
+                                     f"lower `lr` (now {self.lr})") from exc
+                if not torch.isfinite(loss):
+                    raise ValueError(f"the Bayesian GPLVM's training diverged (non-finite ELBO); lower `lr` (now {self.lr})")
                 loss.backward()
                 optimizer.step()
             bar.set_postfix(loss=f"{loss.item():.3f}")
@@ -213,17 +235,20 @@ class BayesianGPLVMBaseline(MomentsAlgo):
     def _freeze(self, model, likelihood, gen: torch.Generator) -> None:
         """Keep what predictions need: q(x), the kernel, the inducing posterior and fixed latent draws.
         Index n_users (n_items) holds a user (item) unknown at fit time: the prior."""
+        from linear_operator.utils.cholesky import psd_safe_cholesky
+
         model.eval()
         likelihood.eval()
         strategy = model.variational_strategy
         with torch.no_grad():
             z = strategy.inducing_points.detach().clone()
-            k_zz = model.covar_module(z).to_dense() + strategy.jitter_val * torch.eye(len(z))
+            k_zz = model.covar_module(z).to_dense().double() + strategy.jitter_val * torch.eye(len(z), dtype=torch.float64)
             q_u = strategy.variational_distribution
             m = len(z)
             self.kernel_ = model.covar_module
             self.inducing_ = z
-            self.chol_zz_ = torch.linalg.cholesky(k_zz)
+            self.jitter_ = float(strategy.jitter_val)  # GPyTorch adds it to k(x, x) as well
+            self.chol_zz_ = psd_safe_cholesky(k_zz).float()  # as GPyTorch factors it: float64, more jitter if needed
             self.q_mean_ = torch.cat([q_u.mean.detach(), torch.zeros(1, m)])
             self.q_covar_ = torch.cat([q_u.covariance_matrix.detach(), torch.eye(m)[None]])
             self.item_const_ = torch.cat([model.mean_module.constant.detach().reshape(-1), torch.zeros(1)])
@@ -236,10 +261,11 @@ class BayesianGPLVMBaseline(MomentsAlgo):
 
     def latent_moments(self, x: torch.Tensor, items: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean and variance of f_item(x) for one latent point per pair (no observation noise):
-        GPyTorch's whitened predictive, mean c + a'm, variance k(x, x) - a'a + a'Sa with a = L^-1 k(Z, x)."""
+        GPyTorch's whitened predictive, mean c + a'm, variance k(x, x) + jitter - a'a + a'Sa with
+        a = L^-1 k(Z, x) and L L' = K_ZZ + jitter."""
         a = torch.linalg.solve_triangular(self.chol_zz_, self.kernel_(x, self.inducing_).to_dense().T, upper=False).T
         mean = (a * self.q_mean_[items]).sum(-1) + self.item_const_[items]
-        var = self.kernel_(x, diag=True) - (a * a).sum(-1) + torch.einsum("pm,pmn,pn->p", a, self.q_covar_[items], a)
+        var = self.kernel_(x, diag=True) + self.jitter_ - (a * a).sum(-1) + torch.einsum("pm,pmn,pn->p", a, self.q_covar_[items], a)
         return mean, var.clamp_min(0.0)
 
     def _moments(self, users: np.ndarray, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -84,8 +84,8 @@ def test_pair_predictive_equals_gpytorchs(low_rank):
         ref = model(x)  # batch over items: (n_items, 7)
         items = torch.arange(trainset.n_items).repeat_interleave(7)
         mean, var = algo.latent_moments(x.repeat(trainset.n_items, 1), items)
-    np.testing.assert_allclose(mean.reshape(trainset.n_items, 7), ref.mean, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(var.reshape(trainset.n_items, 7), ref.variance, rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(mean.reshape(trainset.n_items, 7), ref.mean, rtol=0, atol=2e-5)
+    np.testing.assert_allclose(var.reshape(trainset.n_items, 7), ref.variance, rtol=0, atol=2e-5)
 
 
 def test_unknown_users_and_items_get_the_prior(low_rank, fitted):
@@ -145,6 +145,38 @@ def test_cross_validate_smoke(synthetic_data):
 def test_bad_hyper_parameters_are_named(low_rank, name, value):
     with pytest.raises(ValueError, match=re.escape(f"`{name}`")):
         BayesianGPLVMBaseline(**{name: value}).fit(low_rank[0])
+
+
+def test_random_state_takes_what_surprise_takes(low_rank):
+    trainset, testset = low_rank
+    for state in (None, np.random.RandomState(0), np.int64(3)):
+        assert np.all(np.isfinite(BayesianGPLVMBaseline(random_state=state, **TINY).fit(trainset)
+                                  .predict_dist(testset[:5])[0]))
+    with pytest.raises(ValueError, match="`random_state`"):
+        BayesianGPLVMBaseline(random_state="seed", **TINY).fit(trainset)
+    BayesianGPLVMBaseline(lr=np.float32(0.01), **TINY).fit(trainset)
+
+
+def test_a_diverging_fit_is_a_clear_error(low_rank):
+    with pytest.raises(ValueError, match="diverged.*lower `lr`"):
+        BayesianGPLVMBaseline(lr=1e6, **TINY).fit(low_rank[0])
+
+
+def test_repeated_ratings_of_one_pair_enter_as_their_mean(monkeypatch):
+    """Surprise keeps both ratings of a repeated (user, item) pair: the GP's cell is their mean
+    residual (not the sum)."""
+    rng = np.random.default_rng(1)
+    rows = [(f"u{u}", f"i{i}", float(rng.integers(1, 6))) for u in range(20) for i in range(15) if rng.random() < 0.5]
+    df = pd.DataFrame(rows + [("u0", "i_x", 2.0), ("u0", "i_x", 5.0)], columns=["user", "item", "rating"])
+    trainset = to_surprise_dataset(df, rating_scale=(1, 5)).build_full_trainset()
+    seen = {}
+    original = bgplvm_algo.pca_init
+    monkeypatch.setattr(bgplvm_algo, "pca_init", lambda table, *a: seen.setdefault("t", table) is not None
+                        and original(table, *a))
+    algo = BayesianGPLVMBaseline(latent_dim=2, **TINY).fit(trainset)
+    u, i = trainset.to_inner_uid("u0"), trainset.to_inner_iid("i_x")
+    expected = 3.5 - algo.global_mean_ - algo.user_bias_[u] - algo.item_bias_[i]
+    assert seen["t"][u, i] == pytest.approx(expected) and seen["t"].nnz == len(df) - 1
 
 
 def test_missing_gpytorch_names_the_install_command(monkeypatch, low_rank):

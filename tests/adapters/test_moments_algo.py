@@ -43,8 +43,8 @@ def test_predict_dist_is_unclipped_and_test_clips_like_surprise(algo):
     preds = algo.test(pairs)
     assert [p.est for p in preds] == list(np.clip(mean, 1, 5))
     assert [p.details["std"] for p in preds] == pytest.approx(np.sqrt(var))
-    assert preds[2].details.get("unknown_user") and "unknown_item" not in preds[2].details
-    assert preds[3].details.get("unknown_item") and "unknown_user" not in preds[3].details
+    flags = [(p.details["unknown_user"], p.details["unknown_item"]) for p in preds]
+    assert flags == [(False, False), (False, False), (True, False), (False, True)]
     assert not any(p.details["was_impossible"] for p in preds)
 
 
