@@ -8,6 +8,7 @@ coverage can be compared; their rows say so.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import time
@@ -65,14 +66,12 @@ def _svdpp(seed: int):
     return SVDpp(random_state=seed, cache_ratings=True)
 
 
-def _myfm_missing() -> str:
-    from .adapters.myfm_algo import INSTALL_HINT, myfm_available
-    return "" if myfm_available() else INSTALL_HINT
-
-
-def _bgplvm_missing() -> str:
-    from .adapters.bgplvm_algo import INSTALL_HINT, gpytorch_available
-    return "" if gpytorch_available() else INSTALL_HINT
+def _optional(module: str, available: str) -> Callable[[], str]:
+    """The install hint of an optional baseline (``adapters.<module>``) when its package is absent, else ""."""
+    def missing() -> str:
+        adapter = importlib.import_module(f".adapters.{module}", __package__)
+        return "" if getattr(adapter, available)() else adapter.INSTALL_HINT
+    return missing
 
 
 def _myfm(seed: int, params: dict[str, Any]):
@@ -93,8 +92,9 @@ ALGORITHMS: dict[str, AlgoSpec] = {
     "svd": AlgoSpec("BiasedMF (Surprise SVD)", "homoscedastic", _homoscedastic(_svd(None))),
     "svd8": AlgoSpec("BiasedMF r=8 (SVD n_factors=8)", "homoscedastic", _homoscedastic(_svd(8))),
     "svdpp": AlgoSpec("SVD++ (Surprise SVDpp)", "homoscedastic", _homoscedastic(_svdpp)),
-    "myfm": AlgoSpec("Bayesian FM (myFM, rank 8)", "predictive", _myfm, _myfm_missing),
-    "bgplvm": AlgoSpec("Bayesian GPLVM (GPyTorch)", "predictive", _bgplvm, _bgplvm_missing),
+    "myfm": AlgoSpec("Bayesian FM (myFM, rank 8)", "predictive", _myfm, _optional("myfm_algo", "myfm_available")),
+    "bgplvm": AlgoSpec("Bayesian GPLVM (GPyTorch)", "predictive", _bgplvm,
+                       _optional("bgplvm_algo", "gpytorch_available")),
 }
 
 

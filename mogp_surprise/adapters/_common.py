@@ -294,3 +294,31 @@ def fold_in_user(posterior: MWGPPosterior, user: int, known: tuple[np.ndarray, n
         return posterior.with_replaced_users([user], [folded]), user, items, values
     folded = fold_in(posterior, items, values)
     return posterior.with_extra_users([folded]), posterior.n_levels[0], items, values
+
+
+# -- Surprise trainsets (shared by MWGP and the baselines with a predictive distribution) ----------
+_UNKNOWN_PREFIX = "UKN__"  # how AlgoBase.predict passes an id that is not in the trainset to estimate()
+
+
+def inner_or_unknown(x: int | str) -> int:
+    """An id as ``AlgoBase.estimate`` receives it: the inner id, or -1 for Surprise's ``UKN__<raw>``."""
+    if isinstance(x, str) and x.startswith(_UNKNOWN_PREFIX):
+        return -1
+    return int(x)
+
+
+def trainset_arrays(trainset: Any) -> tuple[np.ndarray, np.ndarray]:
+    """A Surprise ``Trainset``'s ratings as (inner (user, item) index (n, 2), ratings (n,)), user by user."""
+    n = trainset.n_ratings
+    index = np.empty((n, 2), dtype=np.int64)
+    ratings = np.empty(n, dtype=np.float64)
+    pos = 0
+    for u, user_ratings in trainset.ur.items():
+        k = len(user_ratings)
+        if k:
+            block = np.asarray(user_ratings, dtype=np.float64)
+            index[pos:pos + k, 0] = u
+            index[pos:pos + k, 1] = block[:, 0]
+            ratings[pos:pos + k] = block[:, 1]
+            pos += k
+    return index[:pos], ratings[:pos]

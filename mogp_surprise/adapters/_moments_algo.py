@@ -14,6 +14,8 @@ import numpy as np
 from surprise import AlgoBase, Prediction, PredictionImpossible
 from tqdm.auto import tqdm
 
+from ._common import inner_or_unknown
+
 
 class MomentsAlgo(AlgoBase):
     _fitted_attr = ""
@@ -37,8 +39,8 @@ class MomentsAlgo(AlgoBase):
 
     def estimate(self, u: Any, i: Any) -> tuple[float, dict[str, Any]]:
         self._check_fitted()
-        uu = np.array([u if isinstance(u, (int, np.integer)) else -1])
-        ii = np.array([i if isinstance(i, (int, np.integer)) else -1])
+        uu = np.array([inner_or_unknown(u)])
+        ii = np.array([inner_or_unknown(i)])
         mean, var = self._moments(uu, ii)
         return float(mean[0]), self._details(float(var[0]), bool(uu[0] < 0), bool(ii[0] < 0))
 

@@ -40,6 +40,8 @@ import torch
 from surprise import AlgoBase, Trainset
 from tqdm.auto import tqdm
 
+from ..core.initialization import randomized_svd
+from ._common import trainset_arrays
 from ._moments_algo import MomentsAlgo
 
 INSTALL_HINT = ("the Bayesian GPLVM needs the optional package GPyTorch: from a checkout of mogp_surprise run "
@@ -70,21 +72,16 @@ def fit_biases(users: np.ndarray, items: np.ndarray, ratings: np.ndarray, n_user
 
 def pca_init(residuals: sp.csr_matrix, latent_dim: int, seed: int) -> np.ndarray:
     """Top ``latent_dim`` left singular vectors of the (zero-filled) residual matrix, scaled to unit
-    variance per column; columns the matrix cannot fill (tiny data) are seeded noise."""
+    variance per column (the seeded randomised SVD MW-GP's own PCA start uses); columns the matrix
+    cannot fill (tiny data) are seeded noise."""
     n_users, n_items = residuals.shape
-    k = min(latent_dim, min(n_users, n_items) - 1)
-    rng = np.random.default_rng(seed)
-    out = rng.standard_normal((n_users, latent_dim)) * 0.1
-    if k >= 1:
-        if n_users * n_items <= 4_000_000:
-            u, s, _ = np.linalg.svd(residuals.toarray(), full_matrices=False)
-            u = u[:, :k]
-        else:
-            from scipy.sparse.linalg import svds
-            u, s, _ = svds(residuals, k=k, v0=rng.standard_normal(min(n_users, n_items)))
-            u = u[:, np.argsort(-s)]
-        out[:, :k] = u * math.sqrt(n_users)
-    return out
+    k = min(latent_dim, n_users, n_items)
+    gen = torch.Generator().manual_seed(seed)
+    out = torch.randn(n_users, latent_dim, generator=gen, dtype=torch.float64) * 0.1
+    coo = residuals.tocoo()
+    matrix = torch.sparse_coo_tensor(np.vstack([coo.row, coo.col]), coo.data, (n_users, n_items), check_invariants=True)
+    out[:, :k] = randomized_svd(matrix, k, gen)[0] * math.sqrt(n_users)
+    return out.numpy()
 
 
 def _build(x_init: torch.Tensor, n_items: int, n_inducing: int, generator: torch.Generator):
@@ -182,11 +179,11 @@ class BayesianGPLVMBaseline(MomentsAlgo):
         self._check_params()
         seed = self._seed()
         AlgoBase.fit(self, trainset)
-        users, items, ratings = (np.array(col) for col in zip(*trainset.all_ratings()))
-        users, items = users.astype(np.int64), items.astype(np.int64)
+        index, ratings = trainset_arrays(trainset)
+        users, items = index[:, 0], index[:, 1]
         n_users, n_items = trainset.n_users, trainset.n_items
         self.global_mean_, self.user_bias_, self.item_bias_ = fit_biases(
-            users, items, ratings.astype(np.float64), n_users, n_items)
+            users, items, ratings, n_users, n_items)
         resid = ratings - self.global_mean_ - self.user_bias_[users] - self.item_bias_[items]
         # Surprise keeps repeated (user, item) ratings: one cell, their mean residual
         cells, where = np.unique(users * n_items + items, return_inverse=True)

@@ -15,6 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 from surprise import AlgoBase, Trainset
 
+from ._common import trainset_arrays
 from ._moments_algo import MomentsAlgo
 
 
@@ -70,14 +71,14 @@ class MyFMBaseline(MomentsAlgo):
             warnings.simplefilter("ignore")
             import myfm
         AlgoBase.fit(self, trainset)
-        users, items, ratings = (np.array(col) for col in zip(*trainset.all_ratings()))
+        index, ratings = trainset_arrays(trainset)
         import myfm.base
         from tqdm.auto import tqdm
 
         model = myfm.MyFMRegressor(rank=self.rank, random_seed=self.random_state)
         # myFM always draws its own progress bar; library code must stay quiet
         with mock.patch.object(myfm.base, "tqdm", functools.partial(tqdm, disable=True)):
-            model.fit(self._design(users.astype(np.int64), items.astype(np.int64)), ratings.astype(np.float64),
+            model.fit(self._design(index[:, 0], index[:, 1]), ratings,
                       n_iter=self.n_iter, n_kept_samples=self.n_kept_samples, callback=lambda *_: (False, None))
         self.model_ = model
         alpha = model.get_hyper_trace()["alpha"].to_numpy()[-len(model.predictor_.samples):]

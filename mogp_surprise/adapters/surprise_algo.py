@@ -12,10 +12,10 @@ from tqdm import tqdm
 from ..core.config import MWGPConfig
 from ..core.trainer import fit_mwgp
 from ._common import (PARAMS_DOC, HyperParamsMixin, check_fold_ratings, check_id_column, check_not_twin,
-                      fold_in_user, plain_id, recommend_folded, recommend_frame, require_fitted, warn_id_twins)
+                      fold_in_user, inner_or_unknown, plain_id, recommend_folded, recommend_frame, require_fitted,
+                      trainset_arrays, warn_id_twins)
 from .persistence import load_model, save_model
 
-_UNKNOWN_PREFIX = "UKN__"
 
 
 class MWGP(HyperParamsMixin, AlgoBase):
@@ -69,7 +69,7 @@ class MWGP(HyperParamsMixin, AlgoBase):
         config = self._config()
         check_id_column("user", np.array(list(trainset._raw2inner_id_users), dtype=object))
         check_id_column("item", np.array(list(trainset._raw2inner_id_items), dtype=object))
-        index, ratings = _trainset_arrays(trainset)
+        index, ratings = trainset_arrays(trainset)
         bad = ~np.isfinite(ratings)
         if bad.any():
             u, i = index[np.flatnonzero(bad)[0]]
@@ -90,7 +90,7 @@ class MWGP(HyperParamsMixin, AlgoBase):
         """
         require_fitted(self)
         ts = self.trainset
-        index, ratings = _trainset_arrays(ts)
+        index, ratings = trainset_arrays(ts)
         state = {"rating_scale": tuple(float(x) for x in ts.rating_scale),
                  "raw_users": [plain_id(ts.to_raw_uid(u)) for u in range(ts.n_users)],
                  "raw_items": [plain_id(ts.to_raw_iid(i)) for i in range(ts.n_items)],
@@ -123,7 +123,7 @@ class MWGP(HyperParamsMixin, AlgoBase):
     def estimate(self, u: int | str, i: int | str) -> tuple[float, dict[str, float]]:
         """Predict from inner ids; Surprise passes ``'UKN__<raw id>'`` strings for unknown ones."""
         post = require_fitted(self)
-        index = np.array([[_inner_or_unknown(u), _inner_or_unknown(i)]], dtype=np.int64)
+        index = np.array([[inner_or_unknown(u), inner_or_unknown(i)]], dtype=np.int64)
         mean, var = post.predict(index)
         return float(mean[0]), {"var": float(var[0]), "std": float(np.sqrt(var[0]))}
 
@@ -277,28 +277,6 @@ class MWGP(HyperParamsMixin, AlgoBase):
         codes = np.array([mapping.get(x, -1) for x in raw], dtype=np.int64)
         warn_id_twins(require_fitted(self), name, raw, codes, mapping.__contains__)
         return codes
-
-
-def _inner_or_unknown(x: int | str) -> int:
-    if isinstance(x, str) and x.startswith(_UNKNOWN_PREFIX):
-        return -1
-    return int(x)
-
-
-def _trainset_arrays(trainset: Trainset) -> tuple[np.ndarray, np.ndarray]:
-    n = trainset.n_ratings
-    index = np.empty((n, 2), dtype=np.int64)
-    ratings = np.empty(n, dtype=np.float64)
-    pos = 0
-    for u, user_ratings in trainset.ur.items():
-        k = len(user_ratings)
-        if k:
-            block = np.asarray(user_ratings, dtype=np.float64)
-            index[pos:pos + k, 0] = u
-            index[pos:pos + k, 1] = block[:, 0]
-            ratings[pos:pos + k] = block[:, 1]
-            pos += k
-    return index[:pos], ratings[:pos]
 
 
 def _with_user_ratings(ts: Trainset, uid: Any, row: int, items: np.ndarray, values: np.ndarray) -> Trainset:
