@@ -2,24 +2,25 @@
 
 Given a fitted :class:`~mogp_surprise.core.posterior.MWGPPosterior` and the (item, rating) pairs of
 one user (new, or a known user with extra ratings), :func:`fold_in` maximises the training ELBO over
-that user's own parameters only: their embedding a_u (r dims), bias b_u (if the model has biases)
-and the variational posterior q(s_u) = N(mu, v) of their log-noise offset (if heteroscedastic). The
+that user's own parameters only: their embedding a_u (r dims), bias b_u (if the model has biases),
+bilinear factor p_u (k dims, if ``mf_rank`` > 0) and the variational posterior q(s_u) = N(mu, v) of their log-noise offset (if heteroscedastic). The
 global GP (inducing points, q(v) through w and M, kernel hyper-parameters, noise sigma^2), the items
 (GP inputs x_j, biases b_j, q(t_j)) and every prior stay as fitted.
 
 The objective is the part of the training ELBO that involves the user (standardised ratings
 y_j = (r_j - rating_mean) / rating_std, each rating counted once), with the user's priors::
 
-    L(a_u, b_u, mu, v) = sum_{j in J} E_q[log N(y_j | c + b_u + b_j + f(x_u, x_j), sigma^2 exp(s_u + t_j))]
-                         - KL(N(mu, v) || N(m_s, tau_0))
-                         + log N(x_u | m_x, v_x) + log N(b_u | m_b, v_b)
+    L(a_u, b_u, p_u, mu, v) = sum_{j in J} E_q[log N(y_j | c + b_u + b_j + p_u . q_j + f(x_u, x_j),
+                                                     sigma^2 exp(s_u + t_j))]
+                              - KL(N(mu, v) || N(m_s, tau_0))
+                              + log N(x_u | m_x, v_x) + log N(b_u | m_b, v_b) + log N(p_u | m_p, v_p)
 
 ``prior="population"`` (the default): the priors are the population of the learned users, the
 distributions the cold-start user (index -1) is integrated over: N(emb_mean, emb_var) for the
-GP input, N(bias_mean, bias_var) for the bias and, for the log-noise offset, the Gaussian that
+GP input, N(bias_mean, bias_var) for the bias, N(mf_mean, mf_var) for the bilinear factor and, for the log-noise offset, the Gaussian that
 matches the users' q(s) (their mean; the variance of their means plus their mean variance). Then
 0 ratings give the cold-start answer and every rating narrows it. ``prior="model"``: the model's
-own priors, N(0, 1 / embedding_reg) on the embedding a_u, N(0, 1 / bias_reg), N(0, tau_0) -- the
+own priors, N(0, 1 / embedding_reg) on the embedding a_u, N(0, 1 / mf_reg) on p_u, N(0, 1 / bias_reg), N(0, tau_0) -- the
 training ELBO exactly (its gradient is checked against ``MWGPModule.elbo``). With few ratings they
 predict worse, being wider than the learned users' spread (ML-1M, 5 ratings: RMSE 0.970 vs 0.938).
 
@@ -31,7 +32,7 @@ and q(t_j) = N(mu_t_j, v_t_j) the item's fitted log-noise offset::
     E_q[log sigma_j^2]    = log sigma^2 + mu + mu_t_j
     lambda_j              = E_q[1 / sigma_j^2] = exp((v + v_t_j) / 2 - E_q[log sigma_j^2])
     E_q[log N(y_j | ..)]  = -1/2 [log 2 pi + E_q[log sigma_j^2]
-                                  + lambda_j ((y_j - c - b_u - b_j - E_q[f_j])^2 + Var_q[f_j])]
+                                  + lambda_j ((y_j - c - b_u - b_j - p_u . q_j - E_q[f_j])^2 + Var_q[f_j])]
     KL                    = 1/2 [(mu^2 + v) / tau_0 - 1 + log tau_0 - log v]
 
 The user's GP input is x_u = a_u, or with implicit feedback
@@ -44,10 +45,11 @@ models without biases no b_u.
 L is maximised in float64 by L-BFGS (strong Wolfe line search), from the prior's mean or from a
 known user's fitted values (``init_user``). At the optimum the user gets the diagonal
 Gauss-Newton (Laplace) variances that :func:`~mogp_surprise.core.laplace.level_variances` gives
-trained users (with the model's priors, 1 / v_x = embedding_reg and 1 / v_b = bias_reg)::
+trained users (with the model's priors, 1 / v_x = embedding_reg, 1 / v_b = bias_reg, 1 / v_p = mf_reg)::
 
     Var[x_u,d] = 1 / (1 / v_x,d + sum_j lambda_j (d E_q[f_j] / d x_u,d)^2)
     Var[b_u]   = 1 / (1 / v_b + sum_j lambda_j)
+    Var[p_u,d] = 1 / (1 / v_p,d + sum_j lambda_j q_j,d^2)
 
 (0, i.e. no correction, where the prior precision is 0, as there). They enter the predictive
 variance of :meth:`~mogp_surprise.core.posterior.MWGPPosterior.with_extra_users` by the delta
@@ -63,6 +65,7 @@ part of the objective).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 from dataclasses import dataclass
@@ -107,6 +110,8 @@ class FoldedUser:
         The maximised fold-in objective (the user's part of the ELBO, standardised units).
     n_iter : int
         L-BFGS iterations used.
+    mf_factor, mf_factor_var : ndarray of shape (k,)
+        The bilinear factor p_u and its Laplace variance (empty for a model with ``mf_rank=0``).
     """
 
     input: np.ndarray
@@ -120,6 +125,8 @@ class FoldedUser:
     n_ratings: int
     objective: float
     n_iter: int
+    mf_factor: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    mf_factor_var: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
 
     @property
     def cold(self) -> bool:
@@ -208,10 +215,12 @@ def fold_in_many(posterior: MWGPPosterior, users: Sequence[tuple[np.ndarray, np.
 
 def fold_in_objective(posterior: MWGPPosterior, items: np.ndarray, ratings: np.ndarray, embedding: Tensor,
                       bias: Tensor | float = 0.0, noise_mean: Tensor | float = 0.0,
-                      noise_logvar: Tensor | float | None = None, prior: str = "population") -> Tensor:
+                      noise_logvar: Tensor | float | None = None, prior: str = "population",
+                      mf_factor: Tensor | None = None) -> Tensor:
     """The fold-in objective at given user parameters (float64, differentiable w.r.t. tensor arguments).
 
-    ``embedding`` is a_u, shape (r,); ``noise_logvar`` is log v (default: log tau_0). Arguments
+    ``embedding`` is a_u, shape (r,); ``noise_logvar`` is log v (default: log tau_0); ``mf_factor``
+    is p_u, shape (k,) (default: zeros). Arguments
     the model has no use for (the bias without biases, the noise offset when homoscedastic)
     are ignored. Maximising it is what :func:`fold_in` does.
     """
@@ -223,7 +232,10 @@ def fold_in_objective(posterior: MWGPPosterior, items: np.ndarray, ratings: np.n
     if a.shape != (ctx.r,):
         raise ValueError(f"`embedding` must have shape ({ctx.r},), got {tuple(a.shape)}")
     lv = ctx.log_tau if noise_logvar is None else torch.as_tensor(noise_logvar, **f64)
-    return ctx.objective(data, a, torch.as_tensor(bias, **f64), torch.as_tensor(noise_mean, **f64), lv)
+    p = torch.zeros(ctx.k, **f64) if mf_factor is None else torch.as_tensor(mf_factor, **f64)
+    if p.shape != (ctx.k,):
+        raise ValueError(f"`mf_factor` must have shape ({ctx.k},), got {tuple(p.shape)}")
+    return ctx.objective(data, a, torch.as_tensor(bias, **f64), torch.as_tensor(noise_mean, **f64), lv, p)
 
 
 # -- implementation ---------------------------------------------------------------------------------
@@ -237,6 +249,7 @@ class _UserData:
     implicit: Tensor  # (r,): |J|^{-1/2} sum_j y_j, or zeros
     t_mean: Tensor | None  # (n,): E_q[t_j]
     t_var: Tensor | None  # (n,): Var_q[t_j]
+    q: Tensor  # (n, k): the items' bilinear factors q_j
 
 
 class _Context:
@@ -253,12 +266,15 @@ class _Context:
             raise ValueError("this posterior was saved before fold-in existed and lacks what fold-in needs (the "
                              "priors, the items' implicit factors and noise offsets); refit the model to fold in "
                              "users")
-        if info["embedding_reg"] is None or info["bias_reg"] is None:
-            raise ValueError("this posterior was built without its priors; pass `embedding_reg` and `bias_reg` "
-                             "to MWGPPosterior.from_module (fit_mwgp does) to fold in users")
+        if info["embedding_reg"] is None or info["bias_reg"] is None or (
+                posterior.mf_rank and info.get("mf_reg") is None):
+            raise ValueError("this posterior was built without its priors; pass `embedding_reg`, `bias_reg` (and "
+                             "`mf_reg` with a bilinear term) to MWGPPosterior.from_module (fit_mwgp does) to fold "
+                             "in users")
         f64 = {"dtype": torch.float64}
         self.device = posterior.device
         self.r = r = posterior.latent_dim
+        self.k = posterior.mf_rank
         self.n_users, self.n_items = posterior.n_levels
         self.rating_mean, self.rating_std = posterior.rating_mean, posterior.rating_std
         z = posterior.inducing.to(**f64)
@@ -274,6 +290,7 @@ class _Context:
         self.item_input = posterior.embeddings[1]
         self.item_bias = posterior.biases[1]
         self.user_input, self.user_bias = posterior.embeddings[0], posterior.biases[0]
+        self.user_mf, self.item_mf = posterior.mf_factors if self.k else (None, None)
         self.cold_users = posterior.cold_users
         self.use_biases = bool(info["use_biases"])
         self.heteroscedastic = bool(info["heteroscedastic"])
@@ -293,6 +310,8 @@ class _Context:
         if prior == "population":  # the learned users' spread, as the cold-start user is integrated over
             self.x_mean, self.x_var = posterior.emb_mean[0].to(**f64), posterior.emb_var[0].to(**f64)
             self.b_mean, self.b_var = posterior.bias_mean[0].to(**f64), posterior.bias_var[0].to(**f64)
+            self.p_mean = posterior.mf_mean[0].to(**f64) if self.k else torch.zeros(0, **f64, device=self.device)
+            self.p_var = posterior.mf_var[0].to(**f64).clamp_min(1e-12) if self.k else self.p_mean
             if self.heteroscedastic:
                 pop = info["user_noise_population"]  # (mean, variance), kept by MWGPPosterior.from_module
                 self.s_mean, self.log_tau = pop[0].to(**f64), torch.log(pop[1].to(**f64))
@@ -301,6 +320,9 @@ class _Context:
         else:  # the model's own priors, exactly the training ELBO
             self.x_mean, self.x_var = None, (1.0 / self.embedding_reg if self.embedding_reg > 0 else math.inf)
             self.b_mean, self.b_var = zero, (1.0 / self.bias_reg if self.bias_reg > 0 else math.inf)
+            self.p_mean = torch.zeros(self.k, **f64, device=self.device)
+            mf_reg = float(info.get("mf_reg") or 0.0)
+            self.p_var = torch.full((self.k,), 1.0 / mf_reg if mf_reg > 0 else math.inf, **f64, device=self.device)
             self.s_mean = zero
 
     # -- validation ------------------------------------------------------------------------------
@@ -357,7 +379,8 @@ class _Context:
         if self.heteroscedastic:
             t_mean = self.noise_mean[1][idx].to(**f64)
             t_var = torch.exp(self.noise_logvar[1][idx].to(**f64))
-        return _UserData(int(items.size), k_item, resid, implicit, t_mean, t_var)
+        q = self.item_mf[idx].to(**f64) if self.k else torch.zeros(idx.shape[0], 0, **f64)
+        return _UserData(int(items.size), k_item, resid, implicit, t_mean, t_var, q)
 
     def moments(self, data: _UserData, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """The kernel rows k_j (n, m), E_q[f_j] and Var_q[f_j] at the user's GP input ``x``."""
@@ -373,11 +396,13 @@ class _Context:
         mean = self.log_noise + mu + data.t_mean
         return mean, torch.exp(0.5 * (torch.exp(logvar) + data.t_var) - mean)
 
-    def objective(self, data: _UserData, a: Tensor, b: Tensor, mu: Tensor, logvar: Tensor) -> Tensor:
+    def objective(self, data: _UserData, a: Tensor, b: Tensor, mu: Tensor, logvar: Tensor, p: Tensor) -> Tensor:
         _, mean, var = self.moments(data, a + data.implicit)
         resid = data.resid - mean
         if self.use_biases:
             resid = resid - b
+        if self.k:
+            resid = resid - data.q @ p
         log_noise, lam = self.noise(data, mu, logvar)
         out = -0.5 * (data.n * LOG_2PI + log_noise.sum() + (lam * (resid * resid + var)).sum())
         if self.x_mean is None:  # the model's prior on the embedding a_u
@@ -387,13 +412,16 @@ class _Context:
             out = out - 0.5 * (dx * dx / self.x_var).sum()
         if self.use_biases:
             out = out - 0.5 * (b - self.b_mean) ** 2 / self.b_var
+        if self.k:
+            dp = p - self.p_mean
+            out = out - 0.5 * (dp * dp / self.p_var).sum()
         if self.heteroscedastic:
             dm = mu - self.s_mean
             out = out - 0.5 * ((dm * dm + torch.exp(logvar)) * torch.exp(-self.log_tau) - 1.0 + self.log_tau - logvar)
         return out
 
-    def laplace(self, data: _UserData, x: Tensor, mu: Tensor, logvar: Tensor) -> tuple[Tensor, Tensor]:
-        """Diagonal Gauss-Newton variances of the GP input x (r,) and the bias, as in ``laplace.py``."""
+    def laplace(self, data: _UserData, x: Tensor, mu: Tensor, logvar: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Diagonal Gauss-Newton variances of the GP input x (r,), the bias and p_u (k,), as in ``laplace.py``."""
         kk, _, _ = self.moments(data, x)
         kw = kk * self.w
         grad = (kw @ self.z_user - x * kw.sum(-1, keepdim=True)) / (self.ls_user * self.ls_user)
@@ -403,24 +431,29 @@ class _Context:
         # no prior (infinite variance): 0, i.e. no correction, as laplace.py does
         input_var = 1.0 / prec if _finite(self.x_var) else torch.zeros_like(prec)
         bias_var = 1.0 / bias_prec if _finite(self.b_var) and self.use_biases else torch.zeros_like(bias_prec)
-        return input_var, bias_var
+        mf_prec = 1.0 / self.p_var + (lam.unsqueeze(-1) * data.q * data.q).sum(0)
+        mf_var = 1.0 / mf_prec if _finite(self.p_var) else torch.zeros_like(mf_prec)
+        return input_var, bias_var, mf_var
 
     # -- optimisation -------------------------------------------------------------------------------
     def start(self, data: _UserData, init: int | None) -> Tensor:
-        """(a, b, mu, log v) to start from: the prior mean, or a known user's fitted values."""
+        """(a, b, mu, log v, p) to start from: the prior mean, or a known user's fitted values."""
         f64 = {"dtype": torch.float64, "device": self.device}
-        theta = torch.zeros(self.r + 3, **f64)
+        theta = torch.zeros(self.r + 3 + self.k, **f64)
         if self.x_mean is not None:
             theta[:self.r] = self.x_mean - data.implicit
         theta[self.r] = self.b_mean
         theta[self.r + 1] = self.s_mean
-        theta[-1] = self.log_tau
+        theta[self.r + 2] = self.log_tau
+        theta[self.r + 3:] = self.p_mean
         if init is not None and not (self.cold_users is not None and bool(self.cold_users[init])):
             theta[:self.r] = self.user_input[init].to(**f64) - data.implicit  # the fitted GP input
             theta[self.r] = self.user_bias[init].to(**f64)
             if self.heteroscedastic:
                 theta[self.r + 1] = self.noise_mean[0][init].to(**f64)
                 theta[self.r + 2] = self.noise_logvar[0][init].to(**f64)
+            if self.k:
+                theta[self.r + 3:] = self.user_mf[init].to(**f64)
         return theta
 
     def fold(self, items: np.ndarray, y: np.ndarray, init: int | None, max_iter: int, tol: float) -> FoldedUser:
@@ -430,12 +463,12 @@ class _Context:
         n_iter = 0
         if data.n == 0:  # nothing to fit: the prior's values, predicted as the cold-start user
             with torch.no_grad():
-                value = self.objective(data, theta[:r], theta[r], theta[r + 1], theta[r + 2])
+                value = self.objective(data, theta[:r], theta[r], theta[r + 1], theta[r + 2], theta[r + 3:])
         else:
-            # the free entries: a, then b (with biases), then mu and log v (heteroscedastic)
-            free = torch.ones(r + 3, dtype=torch.bool)
+            # the free entries: a, then b (with biases), then mu and log v (heteroscedastic), then p
+            free = torch.ones(r + 3 + self.k, dtype=torch.bool)
             free[r] = self.use_biases
-            free[r + 1:] = self.heteroscedastic
+            free[r + 1:r + 3] = self.heteroscedastic
             free = free.to(self.device)
             fixed = theta.clone()
             param = theta[free].clone().requires_grad_(True)
@@ -444,7 +477,7 @@ class _Context:
 
             def loss_fn() -> Tensor:
                 full = fixed.masked_scatter(free, param)
-                return -self.objective(data, full[:r], full[r], full[r + 1], full[r + 2])
+                return -self.objective(data, full[:r], full[r], full[r + 1], full[r + 2], full[r + 3:])
 
             def closure() -> Tensor:
                 optimizer.zero_grad(set_to_none=True)
@@ -457,14 +490,14 @@ class _Context:
             n_iter = int(optimizer.state[param].get("n_iter", 0))
             with torch.no_grad():
                 theta = fixed.masked_scatter(free, param.detach())
-                value = self.objective(data, theta[:r], theta[r], theta[r + 1], theta[r + 2])
+                value = self.objective(data, theta[:r], theta[r], theta[r + 1], theta[r + 2], theta[r + 3:])
             if not (torch.isfinite(theta).all() and torch.isfinite(value)):
                 raise NumericalError(f"fold-in of a user with {data.n} ratings produced non-finite values; "
                                      "check the model with dtype='float64'")
         with torch.no_grad():
-            a, b, mu, logvar = theta[:r], theta[r], theta[r + 1], theta[r + 2]
+            a, b, mu, logvar, p = theta[:r], theta[r], theta[r + 1], theta[r + 2], theta[r + 3:]
             x = a + data.implicit
-            input_var, bias_var = self.laplace(data, x, mu, logvar)  # 0 ratings: the prior's
+            input_var, bias_var, mf_var = self.laplace(data, x, mu, logvar)  # 0 ratings: the prior's
             var = torch.exp(logvar) if self.heteroscedastic else torch.zeros(())
             if not self.heteroscedastic:
                 mu = torch.zeros(())
@@ -473,7 +506,7 @@ class _Context:
             bias=float(b) if self.use_biases else 0.0, bias_var=float(bias_var),
             noise_offset_mean=float(mu), noise_offset_var=float(var),
             noise_scale=math.exp(float(mu) + 0.5 * float(var)), n_ratings=data.n, objective=float(value),
-            n_iter=n_iter)
+            n_iter=n_iter, mf_factor=p.cpu().numpy(), mf_factor_var=mf_var.cpu().numpy())
 
 
 def _finite(value) -> bool:

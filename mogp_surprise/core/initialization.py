@@ -10,6 +10,8 @@ from .model import MWGPModule, softplus_inverse
 
 #: standard deviation of every embedding entry at initialisation
 INIT_SCALE = 0.5
+#: standard deviation of every entry of the items' bilinear factors q_i at initialisation (users' p_u start at 0)
+MF_INIT_SCALE = 0.1
 
 
 def randomized_svd(matrix: Tensor, rank: int, generator: torch.Generator, n_iter: int = 4,
@@ -44,6 +46,8 @@ def initialise(module: MWGPModule, index: Tensor, y: Tensor, method: str, genera
     - embeddings: PCA of the rating matrix of the first two factors (``method='pca'``;
       scaled truncated SVD of the sparse centred matrix, as in the paper's code) or
       N(0, INIT_SCALE^2); further factors always start random;
+    - bilinear factors: p_u = 0, q_i ~ N(0, MF_INIT_SCALE^2), so the mean function starts as the
+      bias model (the GP's embeddings take the leading principal directions);
     - inducing points: embeddings of m training tuples drawn at random (with a little noise
       so that K_mm is well conditioned);
     - lengthscales: INIT_SCALE * sqrt(F r), so that typical kernel values are not vanishing.
@@ -52,6 +56,10 @@ def initialise(module: MWGPModule, index: Tensor, y: Tensor, method: str, genera
     dtype, device = module.inducing.dtype, module.inducing.device
     for f, emb in enumerate(module.embeddings):
         emb.copy_(torch.randn(emb.shape, generator=generator, dtype=dtype).to(device) * INIT_SCALE)
+    if module.mf_rank:
+        module.mf_factors[0].zero_()
+        item_mf = module.mf_factors[1]
+        item_mf.copy_(torch.randn(item_mf.shape, generator=generator, dtype=dtype).to(device) * MF_INIT_SCALE)
     rank = min(r, *module.n_levels[:2]) if module.n_factors >= 2 else 0
     if method == "pca" and rank > 0:
         n_u, n_i = module.n_levels[:2]

@@ -12,9 +12,14 @@ once per batch (no triangular solve per rating). The minibatch ELBO is
     (N / B) * sum_batch E_q[log N(y_n | mu_n + f_n, sigma_n^2)]        (expected_log_lik)
         - kl_weight * KL(q(v) || p(v))                                 (WhitenedTerms.kl)
         - sum_f KL(q(s_f) || p(s_f | tau_f))                           (noise_kl)
-        + log p(embeddings, implicit factors, biases)                   (log_prior)
+        + log p(embeddings, implicit and bilinear factors, biases)      (log_prior)
 
-where mu_n = c + sum_f bias_f[index_f] is the mean function on standardised ratings.
+where mu_n = c + sum_f bias_f[index_f] + p_u . q_i is the mean function on standardised ratings.
+
+Bilinear term (``mf_rank`` = k > 0): users and items also carry k-dimensional factors p_u, q_i,
+separate from the GP's embeddings, with the embeddings' Gaussian prior; their inner product enters
+the mean function, so that matrix factorisation is a special case of the model and the GP models
+what a low-rank product misses (measured on ML-1M: see docs/history.md).
 
 Noise. ``noise="homoscedastic"`` (the paper): sigma_n^2 = sigma^2 for every rating.
 ``noise="heteroscedastic"``: every level of every factor (each user, each item, each context
@@ -79,10 +84,13 @@ class MWGPModule(nn.Module):
     implicit : bool
         Add SVD++-style implicit-feedback factors to the user and item embeddings (needs
         :meth:`set_implicit_graph` before the first forward pass).
+    mf_rank : int
+        Rank k of the bilinear term p_u . q_i in the mean function (0: none).
     """
 
     def __init__(self, n_levels: tuple[int, ...], latent_dim: int, n_inducing: int,
-                 use_biases: bool = True, heteroscedastic: bool = False, implicit: bool = False) -> None:
+                 use_biases: bool = True, heteroscedastic: bool = False, implicit: bool = False,
+                 mf_rank: int = 0) -> None:
         super().__init__()
         self.n_levels = tuple(int(n) for n in n_levels)
         self.latent_dim = int(latent_dim)
@@ -90,6 +98,7 @@ class MWGPModule(nn.Module):
         self.use_biases = bool(use_biases)
         self.heteroscedastic = bool(heteroscedastic)
         self.implicit = bool(implicit) and len(self.n_levels) >= 2
+        self.mf_rank = int(mf_rank) if len(self.n_levels) >= 2 else 0
         n_factors = len(self.n_levels)
         dim = n_factors * latent_dim
         self.embeddings = nn.ParameterList(
@@ -98,6 +107,9 @@ class MWGPModule(nn.Module):
         self.implicit_factors = nn.ParameterList(
             [nn.Parameter(torch.zeros(n, latent_dim)) for n in self.n_levels[1::-1]] if self.implicit else [])
         self.implicit_graph: tuple[Tensor, ...] | None = None
+        # mf_factors[0] = P (one row per user), mf_factors[1] = Q (per item): the bilinear term p_u . q_i
+        self.mf_factors = nn.ParameterList(
+            [nn.Parameter(torch.zeros(n, self.mf_rank)) for n in self.n_levels[:2]] if self.mf_rank else [])
         self.biases = nn.ParameterList(
             [nn.Parameter(torch.zeros(n)) for n in self.n_levels] if use_biases else [])
         # q(s_f) = N(noise_offset_mean, exp(noise_offset_logvar)); prior N(0, exp(noise_prior_logvar[f]))
@@ -157,10 +169,13 @@ class MWGPModule(nn.Module):
         return torch.cat([t.index_select(0, index[:, f]) for f, t in enumerate(tables)], dim=-1)
 
     def prior_mean(self, index: Tensor) -> Tensor:
-        """Mean function c + sum_f bias_f[index_f], shape (B,)."""
+        """Mean function c + sum_f bias_f[index_f] + p_u . q_i, shape (B,)."""
         out = self.global_mean.expand(index.shape[0])
         for f, bias in enumerate(self.biases):
             out = out + bias.index_select(0, index[:, f])
+        if self.mf_rank:
+            p, q = (t.index_select(0, index[:, f]) for f, t in enumerate(self.mf_factors))
+            out = out + (p * q).sum(-1)
         return out
 
     def whitened_terms(self, jitter: float) -> WhitenedTerms:
@@ -222,8 +237,9 @@ class MWGPModule(nn.Module):
                                - mean.shape[0] + mean.shape[0] * prior_logvar - logvar.sum())
         return out
 
-    def log_prior(self, embedding_reg: float, bias_reg: float) -> Tensor:
-        """Gaussian log prior (up to constants) of embeddings, implicit factors and biases.
+    def log_prior(self, embedding_reg: float, bias_reg: float, mf_reg: float = 0.0) -> Tensor:
+        """Gaussian log prior (up to constants) of embeddings and implicit factors (precision
+        ``embedding_reg``), biases (``bias_reg``) and bilinear factors (``mf_reg``).
 
         The trainer applies its gradient as Adam's weight decay (see ``trainer._adam``);
         ``tests/core/test_trainer.py`` checks that the two agree.
@@ -233,6 +249,8 @@ class MWGPModule(nn.Module):
             out = out - 0.5 * embedding_reg * sum((e ** 2).sum() for e in self.prior_tables())
         if bias_reg and self.use_biases:
             out = out - 0.5 * bias_reg * sum((b ** 2).sum() for b in self.biases)
+        if mf_reg and self.mf_rank:
+            out = out - 0.5 * mf_reg * sum((t ** 2).sum() for t in self.mf_factors)
         return out
 
     def prior_tables(self) -> list[nn.Parameter]:
@@ -240,18 +258,18 @@ class MWGPModule(nn.Module):
         return [*self.embeddings, *self.implicit_factors]
 
     def elbo(self, index: Tensor, y: Tensor, n_data: int, jitter: float, kl_weight: float = 1.0,
-             embedding_reg: float = 0.0, bias_reg: float = 0.0) -> Tensor:
+             embedding_reg: float = 0.0, bias_reg: float = 0.0, mf_reg: float = 0.0) -> Tensor:
         """Unbiased minibatch estimate of the ELBO plus the log prior of embeddings and biases.
 
-        The trainer passes ``embedding_reg = bias_reg = 0`` and applies those priors through
+        The trainer passes ``embedding_reg = bias_reg = mf_reg = 0`` and applies those priors through
         Adam's weight decay (same gradient, no pass over every table row per step).
         """
         terms = self.whitened_terms(jitter)
         out = self.expected_log_lik(index, y, terms) * (n_data / index.shape[0]) - kl_weight * terms.kl
         if self.heteroscedastic:
             out = out - self.noise_kl()
-        if embedding_reg or bias_reg:
-            out = out + self.log_prior(embedding_reg, bias_reg)
+        if embedding_reg or bias_reg or mf_reg:
+            out = out + self.log_prior(embedding_reg, bias_reg, mf_reg)
         return out
 
 

@@ -7,11 +7,18 @@ posterior is built; a pattern of several unknown factors combines them with O(m^
 Unseen levels (index -1) are integrated out: the unknown embedding is given the Gaussian that
 matches the moments of the learned embeddings of that factor (their spread plus their average
 Laplace posterior variance), its kernel factor is replaced by its closed-form expectations (psi
-statistics), and the unknown bias contributes its mean and variance (likewise). With random
+statistics), and the unknown bias and bilinear factor contribute their mean and variance (likewise).
+With random
 kernel vector k = outputscale * prod_f k_f and psi1 = E[k], Psi2 = E[k k^T]:
 
     E[f]   = psi1^T w
     Var[f] = outputscale + tr((M + w w^T) Psi2) - (psi1^T w)^2
+
+The bilinear term p_u . q_i of the mean function (``mf_rank`` > 0) adds, with independent
+Gaussians p ~ N(m_p, v_p) and q ~ N(m_q, v_q) per dimension (a known level: its own factor and,
+with ``embedding_uncertainty``, its Laplace variance; an unseen one: the learned population's),
+
+    E[p . q] = m_p . m_q,    Var[p . q] = sum_d (v_p m_q^2 + m_p^2 v_q + v_p v_q)_d
 
 Fold-in (:mod:`.foldin`) needs a few more fitted quantities than prediction: the priors, the item
 implicit factors and every level's q(s). ``from_module`` keeps them in :attr:`MWGPPosterior.foldin`;
@@ -37,7 +44,8 @@ _ROW_PAD, _ROW_BLOCK = 64, 1024
 
 # tensors that make up a posterior, in the order they are saved
 _TENSORS = ("inducing", "lengthscale", "outputscale", "noise", "global_mean", "w", "M",
-            "emb_mean", "emb_var", "bias_mean", "bias_var", "psi1", "psi2", "noise_scale_unseen")
+            "emb_mean", "emb_var", "bias_mean", "bias_var", "psi1", "psi2", "noise_scale_unseen",
+            "mf_mean", "mf_var")
 
 
 class MWGPPosterior:
@@ -57,24 +65,31 @@ class MWGPPosterior:
         per factor; empty lists when homoscedastic) and ``noise_prior_logvar`` (log tau_f, (F,)).
     cold_users : bool Tensor of shape (n_users,) or None
         User rows predicted exactly as an unseen user (index -1): folded-in users with 0 ratings.
+    mf_factors : list of Tensor
+        The users' and items' bilinear factors P (n_users, k) and Q (n_items, k); empty when the
+        model has no bilinear term (``mf_rank=0``).
     """
 
     def __init__(self, tensors: dict[str, Any], embeddings: list[Tensor], biases: list[Tensor],
                  rating_mean: float, rating_std: float, chunk_size: int = 65536,
                  noise_scales: list[Tensor] | None = None,
-                 level_variances: tuple[list[Tensor], list[Tensor]] | None = None,
-                 foldin: dict[str, Any] | None = None, cold_users: Tensor | None = None) -> None:
+                 level_variances: tuple[list[Tensor], ...] | None = None,
+                 foldin: dict[str, Any] | None = None, cold_users: Tensor | None = None,
+                 mf_factors: list[Tensor] | None = None) -> None:
         for name in _TENSORS:
             setattr(self, name, tensors[name])
         self.embeddings = list(embeddings)
         self.biases = list(biases)
+        self.mf_factors = list(mf_factors or [])
         # per level of each factor, the factor by which it multiplies the noise variance (1: homoscedastic)
         self.noise_scales = list(noise_scales) if noise_scales is not None else [
             torch.ones(e.shape[0], dtype=e.dtype, device=e.device) for e in self.embeddings]
-        # Laplace variances of every level's GP input (n_f, r) and bias (n_f,): the estimation
-        # uncertainty of known users and items, added to their predictive variance (empty: none)
-        self.input_var, self.level_bias_var = (list(level_variances[0]), list(level_variances[1])) \
-            if level_variances is not None else ([], [])
+        # Laplace variances of every level's GP input (n_f, r), bias (n_f,) and bilinear factor (n_f, k):
+        # the estimation uncertainty of known users and items, added to their predictive variance (empty: none)
+        self.input_var, self.level_bias_var, self.mf_level_var = (
+            list(level_variances[0]), list(level_variances[1]),
+            list(level_variances[2]) if len(level_variances) > 2 else []) \
+            if level_variances is not None else ([], [], [])
         self.rating_mean = float(rating_mean)
         self.rating_std = float(rating_std)
         self.chunk_size = _check_chunk_size(chunk_size)
@@ -86,20 +101,20 @@ class MWGPPosterior:
     @torch.no_grad()
     def from_module(cls, module: MWGPModule, rating_mean: float, rating_std: float, jitter: float,
                     chunk_size: int = 65536,
-                    level_variances: tuple[list[Tensor], list[Tensor]] | None = None,
+                    level_variances: tuple[list[Tensor], ...] | None = None,
                     embedding_uncertainty: bool = True, embedding_reg: float | None = None,
-                    bias_reg: float | None = None) -> "MWGPPosterior":
+                    bias_reg: float | None = None, mf_reg: float | None = None) -> "MWGPPosterior":
         """The posterior of a trained module.
 
         ``level_variances`` (from :func:`~.laplace.level_variances`): posterior variances of every
-        level's GP input and bias. Their averages are added to the spread of the learned inputs and
+        level's GP input, bias and bilinear factor. Their averages are added to the spread of the learned inputs and
         biases that an unseen level is integrated over (law of total variance: the population spread
         of true embeddings is that of the point estimates plus their estimation uncertainty), and
         with ``embedding_uncertainty`` a known level's own variances enter its predictions'
         variance (linearised: J^T diag(v) J for the GP input, plus the bias variance).
 
-        ``embedding_reg`` and ``bias_reg``: the precisions of the embedding and bias priors the
-        module was trained with; kept (with the item implicit factors and every level's q(s)) in
+        ``embedding_reg``, ``bias_reg`` and ``mf_reg``: the precisions of the embedding, bias and
+        bilinear-factor priors the module was trained with; kept (with the item implicit factors and every level's q(s)) in
         :attr:`foldin` for :func:`~.foldin.fold_in`, which refuses a posterior built without them.
         """
         f64 = {"dtype": torch.float64}
@@ -128,10 +143,15 @@ class MWGPPosterior:
         bias_mean = torch.stack([b.mean() for b in biases])
         bias_var = torch.stack([b.var(unbiased=False) if b.shape[0] > 1 else b.new_zeros(())
                                 for b in biases])
+        mf = [t.detach().to(**f64) for t in module.mf_factors]
+        mf_mean = torch.stack([t.mean(0) for t in mf]) if mf else torch.zeros(0, 0, **f64, device=z.device)
+        mf_var = torch.stack([t.var(0, unbiased=False) for t in mf]) if mf else mf_mean.clone()
         if level_variances is not None:
-            input_var, level_bias_var = level_variances
+            input_var, level_bias_var = level_variances[:2]
             emb_var = emb_var + torch.stack([v.to(**f64).mean(0) for v in input_var]).to(z.device)
             bias_var = bias_var + torch.stack([v.to(**f64).mean() for v in level_bias_var])
+            if mf:
+                mf_var = mf_var + torch.stack([v.to(**f64).mean(0) for v in level_variances[2]])
         # expectations of each factor's kernel under its cold-start distribution
         psi = [rbf_expectations(emb_mean[f], emb_var[f], z[:, f * r:(f + 1) * r], ls[f * r:(f + 1) * r])
                for f in range(len(emb))]
@@ -150,6 +170,7 @@ class MWGPPosterior:
             "global_mean": module.global_mean.detach().to(**f64), "w": w, "M": M,
             "emb_mean": emb_mean, "emb_var": emb_var, "bias_mean": bias_mean, "bias_var": bias_var,
             "psi1": torch.stack([p[0] for p in psi]), "psi2": torch.stack([p[1] for p in psi]),
+            "mf_mean": mf_mean, "mf_var": mf_var,
         }
         own = None
         if level_variances is not None and embedding_uncertainty:
@@ -157,6 +178,7 @@ class MWGPPosterior:
         foldin = {
             "embedding_reg": None if embedding_reg is None else float(embedding_reg),
             "bias_reg": None if bias_reg is None else float(bias_reg),
+            "mf_reg": None if mf_reg is None else float(mf_reg),
             "use_biases": module.use_biases, "heteroscedastic": module.heteroscedastic,
             "implicit": module.implicit,
             "item_implicit": module.implicit_factors[0].detach().to(**f64) if module.implicit else None,
@@ -168,7 +190,8 @@ class MWGPPosterior:
             mu = module.noise_offset_mean[0].detach().to(**f64)
             var = torch.exp(module.noise_offset_logvar[0].detach().to(**f64))
             foldin["user_noise_population"] = torch.stack([mu.mean(), mu.var(unbiased=False) + var.mean()])
-        post = cls(tensors, emb, biases, rating_mean, rating_std, chunk_size, noise_scales, own, foldin)
+        post = cls(tensors, emb, biases, rating_mean, rating_std, chunk_size, noise_scales, own, foldin,
+                   mf_factors=mf)
         return post.to(dtype=module.inducing.dtype)  # predict in the training dtype (float32: twice as fast)
 
     # -- properties ----------------------------------------------------------------------------
@@ -183,6 +206,11 @@ class MWGPPosterior:
     @property
     def latent_dim(self) -> int:
         return int(self.embeddings[0].shape[1])
+
+    @property
+    def mf_rank(self) -> int:
+        """Rank k of the bilinear term p_u . q_i (0: none)."""
+        return int(self.mf_factors[0].shape[1]) if self.mf_factors else 0
 
     @property
     def n_inducing(self) -> int:
@@ -210,10 +238,13 @@ class MWGPPosterior:
         return MWGPPosterior(tensors, [conv(e) for e in self.embeddings], [conv(b) for b in self.biases],
                              self.rating_mean, self.rating_std, self.chunk_size,
                              [conv(s) for s in self.noise_scales],
-                             ([conv(v) for v in self.input_var], [conv(v) for v in self.level_bias_var])
-                             if self.input_var else None,
+                             _map_tensors(self._level_variances(), conv),
                              _map_tensors(self.foldin, conv),
-                             None if self.cold_users is None else self.cold_users.to(device=device))
+                             None if self.cold_users is None else self.cold_users.to(device=device),
+                             [conv(t) for t in self.mf_factors])
+
+    def _level_variances(self) -> tuple[list[Tensor], ...] | None:
+        return (self.input_var, self.level_bias_var, self.mf_level_var) if self.input_var else None
 
     def state_dict(self) -> dict[str, Any]:
         """Plain dict of CPU tensors and numbers; inverse of :meth:`from_state_dict`."""
@@ -223,6 +254,8 @@ class MWGPPosterior:
         out["noise_scales"] = [s.detach().cpu() for s in self.noise_scales]
         out["input_var"] = [v.detach().cpu() for v in self.input_var]
         out["level_bias_var"] = [v.detach().cpu() for v in self.level_bias_var]
+        out["mf_level_var"] = [v.detach().cpu() for v in self.mf_level_var]
+        out["mf_factors"] = [t.detach().cpu() for t in self.mf_factors]
         out["foldin"] = _map_tensors(self.foldin, lambda t: t.detach().cpu())
         out["cold_users"] = None if self.cold_users is None else self.cold_users.cpu()
         out.update(rating_mean=self.rating_mean, rating_std=self.rating_std, chunk_size=self.chunk_size)
@@ -234,6 +267,8 @@ class MWGPPosterior:
         if "noise_scale_unseen" not in state and "embeddings" in state:
             # written before per-level noise existed: a homoscedastic model
             state["noise_scale_unseen"] = torch.ones(len(state["embeddings"]), dtype=state["embeddings"][0].dtype)
+        if "mf_mean" not in state and "embeddings" in state:  # written before the bilinear term existed: none
+            state["mf_mean"] = state["mf_var"] = torch.zeros(0, 0, dtype=state["embeddings"][0].dtype)
         missing = [k for k in (*_TENSORS, "embeddings", "biases", "rating_mean", "rating_std")
                    if k not in state]
         if missing:
@@ -241,8 +276,10 @@ class MWGPPosterior:
         return cls({k: state[k] for k in _TENSORS}, state["embeddings"], state["biases"],
                    state["rating_mean"], state["rating_std"], state.get("chunk_size", 65536),
                    state.get("noise_scales"),
-                   (state["input_var"], state["level_bias_var"]) if state.get("input_var") else None,
-                   state.get("foldin"), state.get("cold_users"))  # absent in states saved before fold-in
+                   (state["input_var"], state["level_bias_var"], state.get("mf_level_var", []))
+                   if state.get("input_var") else None,
+                   state.get("foldin"), state.get("cold_users"),  # absent in states saved before fold-in
+                   state.get("mf_factors", []))
 
     def __getstate__(self) -> dict[str, Any]:
         return self.state_dict()
@@ -293,12 +330,16 @@ class MWGPPosterior:
         r = self.latent_dim
         for n, u in enumerate(users):
             if not all(hasattr(u, a) for a in ("input", "input_var", "bias", "bias_var", "noise_scale",
-                                               "noise_offset_mean", "noise_offset_var", "n_ratings")):
+                                               "noise_offset_mean", "noise_offset_var", "n_ratings",
+                                               "mf_factor", "mf_factor_var")):
                 raise ValueError(f"`users[{n}]` is not a FoldedUser (from mogp_surprise.core.foldin.fold_in), "
                                  f"got {type(u).__name__}")
             if np.shape(u.input) != (r,) or np.shape(u.input_var) != (r,):
                 raise ValueError(f"`users[{n}]` has a GP input of shape {np.shape(u.input)}; this posterior's "
                                  f"latent dimension is {r}")
+            if np.shape(u.mf_factor) != (self.mf_rank,) or np.shape(u.mf_factor_var) != (self.mf_rank,):
+                raise ValueError(f"`users[{n}]` has a bilinear factor of shape {np.shape(u.mf_factor)}; this "
+                                 f"posterior's mf_rank is {self.mf_rank}")
 
         def put(table: Tensor, values: list) -> Tensor:
             """``table`` with the users' ``values`` appended (or written to ``rows``)."""
@@ -316,10 +357,13 @@ class MWGPPosterior:
         embeddings = [put(self.embeddings[0], pick("input")), self.embeddings[1]]
         biases = [put(self.biases[0], pick("bias")), self.biases[1]]
         noise_scales = [put(self.noise_scales[0], pick("noise_scale")), self.noise_scales[1]]
+        mf_factors = [put(self.mf_factors[0], pick("mf_factor")), self.mf_factors[1]] if self.mf_factors else []
         level_variances = None
         if self.input_var:
             level_variances = ([put(self.input_var[0], pick("input_var")), self.input_var[1]],
-                               [put(self.level_bias_var[0], pick("bias_var")), self.level_bias_var[1]])
+                               [put(self.level_bias_var[0], pick("bias_var")), self.level_bias_var[1]],
+                               [put(self.mf_level_var[0], pick("mf_factor_var")), self.mf_level_var[1]]
+                               if self.mf_level_var else [])
         foldin = None
         if self.foldin is not None:
             foldin = dict(self.foldin)
@@ -338,7 +382,7 @@ class MWGPPosterior:
             cold_users[torch.as_tensor(rows, device=self.device)] = cold
         tensors = {name: getattr(self, name) for name in _TENSORS}
         return MWGPPosterior(tensors, embeddings, biases, self.rating_mean, self.rating_std, self.chunk_size,
-                             noise_scales, level_variances, foldin, cold_users)
+                             noise_scales, level_variances, foldin, cold_users, mf_factors)
 
     # -- prediction ------------------------------------------------------------------------------
     def predict(self, index: np.ndarray, include_noise: bool = True,
@@ -482,8 +526,32 @@ class MWGPPosterior:
             for f in unknown:
                 mean = mean + self.bias_mean[f]
                 var = var + self.bias_var[f]
+        if self.mf_factors:
+            mf_mean, mf_var = self._bilinear_rows(index, code)
+            mean, var = mean + mf_mean, var + mf_var
         floor = torch.finfo(self.dtype).eps * self.outputscale
         return mean, torch.maximum(var, floor)
+
+
+    def _bilinear_rows(self, index: Tensor, code: int) -> tuple[Tensor, Tensor]:
+        """Mean and variance of p_u . q_i (module docstring) for rows that share one pattern."""
+        moments = []
+        for f in (0, 1):
+            if code >> f & 1:  # unseen: the learned population's mean and variance
+                moments.append((self.mf_mean[f], self.mf_var[f]))
+            else:
+                rows = index[:, f]
+                moments.append((self.mf_factors[f][rows], self.mf_level_var[f][rows] if self.mf_level_var else None))
+        (mp, vp), (mq, vq) = moments
+        mean = (mp * mq).sum(-1).expand(index.shape[0])
+        var = torch.zeros_like(mean)
+        if vp is not None:
+            var = var + (vp * mq * mq).sum(-1)
+        if vq is not None:
+            var = var + (vq * mp * mp).sum(-1)
+        if vp is not None and vq is not None:
+            var = var + (vp * vq).sum(-1)
+        return mean, var
 
 
 def _map_tensors(value: Any, fn) -> Any:

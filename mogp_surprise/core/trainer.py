@@ -21,8 +21,6 @@ from .posterior import MWGPPosterior
 
 logger = logging.getLogger(__name__)
 
-#: early stopping ends the epoch search after this many epochs without a better validation RMSE
-EARLY_STOPPING_PATIENCE = 3
 
 
 @dataclass
@@ -128,11 +126,12 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
     run = _train(idx_t, y_t, n_levels, config, gen, batch, device, stop_after=stop_after)
     module = run.module
     spread = level_variances(module, idx_t.to(device), config.jitter, config.embedding_reg, config.bias_reg,
-                             config.chunk_size)
+                             config.chunk_size, mf_reg=config.mf_reg)
     posterior = MWGPPosterior.from_module(module, rating_mean, rating_std, config.jitter, config.chunk_size,
                                           level_variances=spread,
                                           embedding_uncertainty=config.embedding_uncertainty,
-                                          embedding_reg=config.embedding_reg, bias_reg=config.bias_reg)
+                                          embedding_reg=config.embedding_reg, bias_reg=config.bias_reg,
+                                          mf_reg=config.mf_reg)
     elapsed = time.perf_counter() - started
     logger.info("MW-GP fitted on %d ratings in %.1f s (final loss %.4f)", n, elapsed, run.history[-1])
     return FitResult(posterior=posterior, loss_history=run.history, epoch_times=run.epoch_times,
@@ -154,13 +153,15 @@ def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], co
     stopped after ``stop_after`` epochs (default: all).
 
     With ``validation`` = (index, standardised ratings), the RMSE of the predictive mean on them is
-    recorded after every epoch and training stops once it has not improved for
-    ``EARLY_STOPPING_PATIENCE`` epochs.
+    recorded after every epoch, over the whole schedule (no patience: the validation RMSE can
+    plateau for several epochs before the GP's inputs take over, and a cosine schedule often
+    gives its best epochs last).
     """
     n = idx_t.shape[0]
     dtype = y_t.dtype
     module = MWGPModule(tuple(n_levels), config.latent_dim, config.n_inducing, config.use_biases,
-                        heteroscedastic=config.noise == "heteroscedastic", implicit=config.implicit).to(dtype=dtype)
+                        heteroscedastic=config.noise == "heteroscedastic", implicit=config.implicit,
+                        mf_rank=config.mf_rank).to(dtype=dtype)
     module.set_implicit_graph(idx_t)
     initialise(module, idx_t, y_t, config.init, gen)
     module = module.to(device)
@@ -203,16 +204,13 @@ def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], co
             scheduler.step()
             total += value * (min(start + batch, n) - start)
         with torch.no_grad():
-            log_prior = float(module.log_prior(config.embedding_reg, config.bias_reg))
+            log_prior = float(module.log_prior(config.embedding_reg, config.bias_reg, config.mf_reg))
         run.history.append(total / n - log_prior / n)
         run.epoch_times.append(time.perf_counter() - epoch_start)
         bar.set_postfix(loss=f"{run.history[-1]:.4f}")
         logger.debug("epoch %d: negative ELBO per rating %.5f", epoch + 1, run.history[-1])
         if validation is not None:
             run.validation.append(_rmse(module, *validation, config))
-            best = int(np.argmin(run.validation))
-            if len(run.validation) - 1 - best >= EARLY_STOPPING_PATIENCE:
-                break
     module.workspace = None
     return run
 
@@ -231,7 +229,7 @@ def _rmse(module: MWGPModule, index: torch.Tensor, y: torch.Tensor, config: MWGP
 
 
 def _adam(module: MWGPModule, config: MWGPConfig, n: int) -> torch.optim.Optimizer:
-    """Adam with the Gaussian priors of embeddings, implicit factors and biases as weight decay.
+    """Adam with the Gaussian priors of embeddings, implicit and bilinear factors and biases as weight decay.
 
     The loss is -ELBO / n, so a prior N(0, 1/reg) adds ``reg / n * param`` to the gradient: exactly
     Adam's (coupled) ``weight_decay``, applied inside the optimiser's own pass over the tables
@@ -239,8 +237,9 @@ def _adam(module: MWGPModule, config: MWGPConfig, n: int) -> torch.optim.Optimiz
     kernel per tensor) where this torch supports it for the device; plain Adam otherwise.
     """
     tables = module.prior_tables()
-    decayed = {id(p) for p in [*tables, *module.biases]}
+    decayed = {id(p) for p in [*tables, *module.biases, *module.mf_factors]}
     groups = [{"params": tables, "weight_decay": config.embedding_reg / n},
+              {"params": list(module.mf_factors), "weight_decay": config.mf_reg / n},
               {"params": list(module.biases.parameters()), "weight_decay": config.bias_reg / n},
               {"params": [p for p in module.parameters() if id(p) not in decayed], "weight_decay": 0.0}]
     groups = [g for g in groups if g["params"]]

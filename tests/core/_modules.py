@@ -10,7 +10,7 @@ def random_module(levels: tuple[int, ...], latent_dim: int, n_inducing: int, see
                   q_diag: float = 1.5, **options) -> MWGPModule:
     """Every parameter ~ N(0, scale^2), then q's Cholesky factor made well conditioned (+ q_diag I).
 
-    ``options`` go to :class:`MWGPModule` (``heteroscedastic``, ``implicit``, ``use_biases``).
+    ``options`` go to :class:`MWGPModule` (``heteroscedastic``, ``implicit``, ``use_biases``, ``mf_rank``).
     """
     gen = torch.Generator().manual_seed(seed)
     mod = MWGPModule(levels, latent_dim, n_inducing, **options).double()
