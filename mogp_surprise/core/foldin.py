@@ -36,7 +36,9 @@ and q(t_j) = N(mu_t_j, v_t_j) the item's fitted log-noise offset::
     KL                    = 1/2 [(mu^2 + v) / tau_0 - 1 + log tau_0 - log v]
 
 The user's GP input is x_u = a_u, or with implicit feedback
-``x_u = a_u + |J|^(-1/2) sum_{j in J} y_j`` (y_j the items' implicit factors, J the items folded in).
+``x_u = a_u + |J|^(-1/2) sum_{j in J} y_j`` (y_j the items' implicit factors, J the items folded in),
+and likewise their bilinear factor ``p~_u = p_u + |J|^(-1/2) sum_{j in J} y'_j``; the population
+prior is on x_u and p~_u, the model's on a_u and p_u.
 With ``prior="model"`` the gradient of L w.r.t. (a_u, b_u, mu, log v) is that of
 :meth:`~mogp_surprise.core.model.MWGPModule.elbo` w.r.t. the user's rows (checked in
 ``tests/core/test_foldin.py``). Homoscedastic models have no q(s_u) (lambda_j = 1 / sigma^2),
@@ -111,7 +113,8 @@ class FoldedUser:
     n_iter : int
         L-BFGS iterations used.
     mf_factor, mf_factor_var : ndarray of shape (k,)
-        The bilinear factor p_u and its Laplace variance (empty for a model with ``mf_rank=0``).
+        The bilinear factor p~_u (implicit feedback included, like ``input``) and its Laplace variance
+        (empty for a model with ``mf_rank=0``).
     """
 
     input: np.ndarray
@@ -247,9 +250,10 @@ class _UserData:
     k_item: Tensor  # (n, m): outputscale * k_B(x_j, z^B)
     resid: Tensor  # (n,): y_j - c - b_j
     implicit: Tensor  # (r,): |J|^{-1/2} sum_j y_j, or zeros
+    implicit_mf: Tensor  # (k,): |J|^{-1/2} sum_j y'_j, or zeros
     t_mean: Tensor | None  # (n,): E_q[t_j]
     t_var: Tensor | None  # (n,): Var_q[t_j]
-    q: Tensor  # (n, k): the items' bilinear factors q_j
+    q: Tensor  # (n, k): the items' bilinear factors q~_j
 
 
 class _Context:
@@ -296,6 +300,7 @@ class _Context:
         self.heteroscedastic = bool(info["heteroscedastic"])
         self.implicit = bool(info["implicit"])
         self.item_implicit = info["item_implicit"]
+        self.item_mf_implicit = info.get("item_mf_implicit")
         self.embedding_reg, self.bias_reg = float(info["embedding_reg"]), float(info["bias_reg"])
         if self.heteroscedastic:
             self.log_tau = info["noise_prior_logvar"][0].to(**f64)
@@ -372,15 +377,18 @@ class _Context:
         k_item = self.outputscale * torch.exp(-0.5 * sq)
         resid = torch.as_tensor(y, **f64) - self.global_mean - self.item_bias[idx].to(**f64)
         implicit = torch.zeros(self.r, **f64)
+        implicit_mf = torch.zeros(self.k, **f64)
         if self.implicit and items.size:
             rated = torch.as_tensor(np.unique(items), device=self.device)  # repeated pairs count once, as in training
             implicit = self.item_implicit[rated].to(**f64).sum(0) / math.sqrt(rated.numel())
+            if self.item_mf_implicit is not None:
+                implicit_mf = self.item_mf_implicit[rated].to(**f64).sum(0) / math.sqrt(rated.numel())
         t_mean = t_var = None
         if self.heteroscedastic:
             t_mean = self.noise_mean[1][idx].to(**f64)
             t_var = torch.exp(self.noise_logvar[1][idx].to(**f64))
         q = self.item_mf[idx].to(**f64) if self.k else torch.zeros(idx.shape[0], 0, **f64)
-        return _UserData(int(items.size), k_item, resid, implicit, t_mean, t_var, q)
+        return _UserData(int(items.size), k_item, resid, implicit, implicit_mf, t_mean, t_var, q)
 
     def moments(self, data: _UserData, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """The kernel rows k_j (n, m), E_q[f_j] and Var_q[f_j] at the user's GP input ``x``."""
@@ -402,7 +410,7 @@ class _Context:
         if self.use_biases:
             resid = resid - b
         if self.k:
-            resid = resid - data.q @ p
+            resid = resid - data.q @ (p + data.implicit_mf)
         log_noise, lam = self.noise(data, mu, logvar)
         out = -0.5 * (data.n * LOG_2PI + log_noise.sum() + (lam * (resid * resid + var)).sum())
         if self.x_mean is None:  # the model's prior on the embedding a_u
@@ -412,8 +420,8 @@ class _Context:
             out = out - 0.5 * (dx * dx / self.x_var).sum()
         if self.use_biases:
             out = out - 0.5 * (b - self.b_mean) ** 2 / self.b_var
-        if self.k:
-            dp = p - self.p_mean
+        if self.k:  # like x: the population prior on p~_u = p_u + implicit, the model's on p_u
+            dp = p - self.p_mean if self.x_mean is None else p + data.implicit_mf - self.p_mean
             out = out - 0.5 * (dp * dp / self.p_var).sum()
         if self.heteroscedastic:
             dm = mu - self.s_mean
@@ -445,7 +453,8 @@ class _Context:
         theta[self.r] = self.b_mean
         theta[self.r + 1] = self.s_mean
         theta[self.r + 2] = self.log_tau
-        theta[self.r + 3:] = self.p_mean
+        if self.x_mean is not None:
+            theta[self.r + 3:] = self.p_mean - data.implicit_mf
         if init is not None and not (self.cold_users is not None and bool(self.cold_users[init])):
             theta[:self.r] = self.user_input[init].to(**f64) - data.implicit  # the fitted GP input
             theta[self.r] = self.user_bias[init].to(**f64)
@@ -453,7 +462,7 @@ class _Context:
                 theta[self.r + 1] = self.noise_mean[0][init].to(**f64)
                 theta[self.r + 2] = self.noise_logvar[0][init].to(**f64)
             if self.k:
-                theta[self.r + 3:] = self.user_mf[init].to(**f64)
+                theta[self.r + 3:] = self.user_mf[init].to(**f64) - data.implicit_mf
         return theta
 
     def fold(self, items: np.ndarray, y: np.ndarray, init: int | None, max_iter: int, tol: float) -> FoldedUser:
@@ -506,7 +515,7 @@ class _Context:
             bias=float(b) if self.use_biases else 0.0, bias_var=float(bias_var),
             noise_offset_mean=float(mu), noise_offset_var=float(var),
             noise_scale=math.exp(float(mu) + 0.5 * float(var)), n_ratings=data.n, objective=float(value),
-            n_iter=n_iter, mf_factor=p.cpu().numpy(), mf_factor_var=mf_var.cpu().numpy())
+            n_iter=n_iter, mf_factor=(p + data.implicit_mf).cpu().numpy(), mf_factor_var=mf_var.cpu().numpy())
 
 
 def _finite(value) -> bool:

@@ -7,7 +7,7 @@ implicit feedback). Its posterior precision is approximated per dimension by
 
 (Gauss-Newton: the curvature of the expected log likelihood through the predictive mean, with
 lambda_n = E[1 / sigma_n^2]; other parameters held at their fitted values), and that of its bias
-is bias_reg + sum_n lambda_n. A user's bilinear factor p_u (``mf_rank`` > 0) gets, likewise,
+is bias_reg + sum_n lambda_n. A user's bilinear factor p~_u (``mf_rank`` > 0, implicit feedback included) gets, likewise,
 mf_reg + sum_n lambda_n q_i^2 per dimension (and q_i symmetrically). The posterior adds their averages to the spread of the learned
 inputs and biases when it integrates out an unseen user or item: MAP estimates are shrunk towards
 the prior mean, so their own spread understates how different a new user can be.
@@ -37,7 +37,7 @@ def level_variances(module: MWGPModule, index: Tensor, jitter: float, embedding_
     r = module.latent_dim
     prec = [torch.zeros_like(t) for t in tables]
     bias_prec = [t.new_zeros(t.shape[0]) for t in tables]
-    mf = list(module.mf_factors)
+    mf = module.mf_tables()
     mf_prec = [torch.zeros_like(t) for t in mf]
     for start in range(0, index.shape[0], chunk_size):
         idx = index[start:start + chunk_size]

@@ -19,7 +19,9 @@ where mu_n = c + sum_f bias_f[index_f] + p_u . q_i is the mean function on stand
 Bilinear term (``mf_rank`` = k > 0): users and items also carry k-dimensional factors p_u, q_i,
 separate from the GP's embeddings, with the embeddings' Gaussian prior; their inner product enters
 the mean function, so that matrix factorisation is a special case of the model and the GP models
-what a low-rank product misses (measured on ML-1M: see docs/history.md).
+what a low-rank product misses (measured on ML-1M: see docs/history.md). With ``implicit`` the
+factors get implicit feedback as the GP inputs do (below): p~_u = p_u + |N(u)|^{-1/2} sum_j y'_j
+and q~_j = q_j + |N(j)|^{-1/2} sum_u x'_u, and the mean uses p~_u . q~_j.
 
 Noise. ``noise="homoscedastic"`` (the paper): sigma_n^2 = sigma^2 for every rating.
 ``noise="heteroscedastic"``: every level of every factor (each user, each item, each context
@@ -107,9 +109,13 @@ class MWGPModule(nn.Module):
         self.implicit_factors = nn.ParameterList(
             [nn.Parameter(torch.zeros(n, latent_dim)) for n in self.n_levels[1::-1]] if self.implicit else [])
         self.implicit_graph: tuple[Tensor, ...] | None = None
-        # mf_factors[0] = P (one row per user), mf_factors[1] = Q (per item): the bilinear term p_u . q_i
+        # mf_factors[0] = P (one row per user), mf_factors[1] = Q (per item): the bilinear term p_u . q_i;
+        # with implicit feedback mf_implicit[0] (one row per item) feeds the users, mf_implicit[1] the items
         self.mf_factors = nn.ParameterList(
             [nn.Parameter(torch.zeros(n, self.mf_rank)) for n in self.n_levels[:2]] if self.mf_rank else [])
+        self.mf_implicit = nn.ParameterList(
+            [nn.Parameter(torch.zeros(n, self.mf_rank)) for n in self.n_levels[1::-1]]
+            if self.mf_rank and self.implicit else [])
         self.biases = nn.ParameterList(
             [nn.Parameter(torch.zeros(n)) for n in self.n_levels] if use_biases else [])
         # q(s_f) = N(noise_offset_mean, exp(noise_offset_logvar)); prior N(0, exp(noise_prior_logvar[f]))
@@ -163,18 +169,30 @@ class MWGPModule(nn.Module):
             tables[1] = tables[1] + _SparseProduct.apply(self.implicit_factors[1], items, items_t)
         return tables
 
+    def mf_tables(self) -> list[Tensor]:
+        """The bilinear factors the mean uses, [P~ (n_users, k), Q~ (n_items, k)]: with implicit feedback
+        P + N_u Y' and Q + N_i X' (as for the GP inputs), otherwise P and Q; empty without the term."""
+        tables = list(self.mf_factors)
+        if self.mf_implicit:
+            if self.implicit_graph is None:
+                raise RuntimeError("implicit=True needs set_implicit_graph(training index) first")
+            users, users_t, items, items_t = self.implicit_graph
+            tables[0] = tables[0] + _SparseProduct.apply(self.mf_implicit[0], users, users_t)
+            tables[1] = tables[1] + _SparseProduct.apply(self.mf_implicit[1], items, items_t)
+        return tables
+
     def features(self, index: Tensor, tables: list[Tensor] | None = None) -> Tensor:
         """Concatenated GP inputs of index tuples, (B, F) -> (B, F * r)."""
         tables = self.factor_tables() if tables is None else tables
         return torch.cat([t.index_select(0, index[:, f]) for f, t in enumerate(tables)], dim=-1)
 
     def prior_mean(self, index: Tensor) -> Tensor:
-        """Mean function c + sum_f bias_f[index_f] + p_u . q_i, shape (B,)."""
+        """Mean function c + sum_f bias_f[index_f] + p~_u . q~_i, shape (B,)."""
         out = self.global_mean.expand(index.shape[0])
         for f, bias in enumerate(self.biases):
             out = out + bias.index_select(0, index[:, f])
         if self.mf_rank:
-            p, q = (t.index_select(0, index[:, f]) for f, t in enumerate(self.mf_factors))
+            p, q = (t.index_select(0, index[:, f]) for f, t in enumerate(self.mf_tables()))
             out = out + (p * q).sum(-1)
         return out
 
@@ -250,12 +268,16 @@ class MWGPModule(nn.Module):
         if bias_reg and self.use_biases:
             out = out - 0.5 * bias_reg * sum((b ** 2).sum() for b in self.biases)
         if mf_reg and self.mf_rank:
-            out = out - 0.5 * mf_reg * sum((t ** 2).sum() for t in self.mf_factors)
+            out = out - 0.5 * mf_reg * sum((t ** 2).sum() for t in self.mf_prior_tables())
         return out
 
     def prior_tables(self) -> list[nn.Parameter]:
         """The tables with the embedding prior N(0, 1 / embedding_reg): embeddings and implicit factors."""
         return [*self.embeddings, *self.implicit_factors]
+
+    def mf_prior_tables(self) -> list[nn.Parameter]:
+        """The tables with the bilinear-factor prior N(0, 1 / mf_reg): the factors and their implicit factors."""
+        return [*self.mf_factors, *self.mf_implicit]
 
     def elbo(self, index: Tensor, y: Tensor, n_data: int, jitter: float, kl_weight: float = 1.0,
              embedding_reg: float = 0.0, bias_reg: float = 0.0, mf_reg: float = 0.0) -> Tensor:

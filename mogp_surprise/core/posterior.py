@@ -61,7 +61,8 @@ class MWGPPosterior:
         tensors (``None`` for a state saved before fold-in existed): ``embedding_reg`` and ``bias_reg`` (the priors' precisions;
         ``None`` when ``from_module`` was not given them), ``use_biases``, ``heteroscedastic``,
         ``implicit`` (bools), ``item_implicit`` (the items' implicit factors y_j, (n_items, r), or
-        ``None``), ``noise_offset_mean`` and ``noise_offset_logvar`` (every level's q(s), one tensor
+        ``None``), ``item_mf_implicit`` (the items' implicit bilinear factors y'_j, (n_items, k), or
+        ``None``), ``mf_reg`` (``None`` for a state saved before the bilinear term), ``noise_offset_mean`` and ``noise_offset_logvar`` (every level's q(s), one tensor
         per factor; empty lists when homoscedastic) and ``noise_prior_logvar`` (log tau_f, (F,)).
     cold_users : bool Tensor of shape (n_users,) or None
         User rows predicted exactly as an unseen user (index -1): folded-in users with 0 ratings.
@@ -143,7 +144,7 @@ class MWGPPosterior:
         bias_mean = torch.stack([b.mean() for b in biases])
         bias_var = torch.stack([b.var(unbiased=False) if b.shape[0] > 1 else b.new_zeros(())
                                 for b in biases])
-        mf = [t.detach().to(**f64) for t in module.mf_factors]
+        mf = [t.detach().to(**f64) for t in module.mf_tables()]
         mf_mean = torch.stack([t.mean(0) for t in mf]) if mf else torch.zeros(0, 0, **f64, device=z.device)
         mf_var = torch.stack([t.var(0, unbiased=False) for t in mf]) if mf else mf_mean.clone()
         if level_variances is not None:
@@ -182,6 +183,7 @@ class MWGPPosterior:
             "use_biases": module.use_biases, "heteroscedastic": module.heteroscedastic,
             "implicit": module.implicit,
             "item_implicit": module.implicit_factors[0].detach().to(**f64) if module.implicit else None,
+            "item_mf_implicit": module.mf_implicit[0].detach().to(**f64) if module.mf_implicit else None,
             "noise_offset_mean": [m.detach().to(**f64) for m in module.noise_offset_mean],
             "noise_offset_logvar": [lv.detach().to(**f64) for lv in module.noise_offset_logvar],
             "noise_prior_logvar": module.noise_prior_logvar.detach().to(**f64),

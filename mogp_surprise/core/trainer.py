@@ -237,9 +237,10 @@ def _adam(module: MWGPModule, config: MWGPConfig, n: int) -> torch.optim.Optimiz
     kernel per tensor) where this torch supports it for the device; plain Adam otherwise.
     """
     tables = module.prior_tables()
-    decayed = {id(p) for p in [*tables, *module.biases, *module.mf_factors]}
+    mf_tables = module.mf_prior_tables()
+    decayed = {id(p) for p in [*tables, *module.biases, *mf_tables]}
     groups = [{"params": tables, "weight_decay": config.embedding_reg / n},
-              {"params": list(module.mf_factors), "weight_decay": config.mf_reg / n},
+              {"params": mf_tables, "weight_decay": config.mf_reg / n},
               {"params": list(module.biases.parameters()), "weight_decay": config.bias_reg / n},
               {"params": [p for p in module.parameters() if id(p) not in decayed], "weight_decay": 0.0}]
     groups = [g for g in groups if g["params"]]

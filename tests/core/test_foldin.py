@@ -67,6 +67,14 @@ def _user_params(mod) -> list[torch.Tensor]:
 
 
 # (heteroscedastic, implicit, use_biases, mf_rank)
+def _implicit_mf(post, items) -> np.ndarray:
+    """The implicit part |J|^(-1/2) sum_j y'_j of a user's bilinear factor (zeros without it)."""
+    y_mf = post.foldin["item_mf_implicit"]
+    if y_mf is None:
+        return np.zeros(post.mf_rank)
+    return (y_mf[np.unique(items)].sum(0) / np.sqrt(len(np.unique(items)))).numpy()
+
+
 VARIANTS = [(True, True, True, 2), (True, False, True, 0), (False, True, True, 3), (False, False, False, 2)]
 
 
@@ -114,7 +122,7 @@ def test_fold_in_reaches_a_stationary_point_with_the_laplace_variances_of_traine
     user = fold_in(post, ITEMS, (RATING_MEAN + RATING_STD * y).numpy(), tol=1e-10, prior="model")
     assert isinstance(user, FoldedUser) and user.n_ratings == len(ITEMS) and not user.cold
     _set_user(mod, user.embedding, user.bias, user.noise_offset_mean, np.log(max(user.noise_offset_var, 1e-300)),
-              user.mf_factor)
+              user.mf_factor - _implicit_mf(post, ITEMS))
     assert user.mf_factor.shape == user.mf_factor_var.shape == (mf_rank,)
     np.testing.assert_allclose(mod.factor_tables()[0][USER].detach().numpy(), user.input, rtol=1e-12, atol=1e-14)
     grads = torch.autograd.grad(_user_elbo(mod, y), _user_params(mod))
@@ -222,7 +230,7 @@ def test_refolding_trained_users_recovers_their_predictions(synthetic) -> None:
         start = fold_in_objective(post, items, ratings, torch.as_tensor(post.embeddings[0][u]) - torch.as_tensor(
             post.foldin["item_implicit"][items]).sum(0) / np.sqrt(len(items)), post.biases[0][u],
             post.foldin["noise_offset_mean"][0][u], post.foldin["noise_offset_logvar"][0][u],
-            mf_factor=post.mf_factors[0][u])
+            mf_factor=post.mf_factors[0][u] - _implicit_mf(post, items))
         warm = fold_in(post, items, ratings, init_user=u)
         assert warm.objective >= float(start) - 1e-9
         np.testing.assert_allclose(fold_in(post, items, ratings, init_user=u, max_iter=1).input,

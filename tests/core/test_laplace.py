@@ -102,11 +102,12 @@ def test_known_levels_add_their_estimation_variance_by_the_delta_method() -> Non
                 continue
             for table, var in ((plain.embeddings[f], spread[0][f]), (plain.mf_factors[f], spread[2][f])):
                 for d in range(table.shape[1]):
-                    table[level, d] += eps
+                    value = float(table[level, d])
+                    table[level, d] = value + eps
                     up = plain.predict(pairs[row:row + 1])[0][0]
-                    table[level, d] -= 2 * eps
+                    table[level, d] = value - eps
                     down = plain.predict(pairs[row:row + 1])[0][0]
-                    table[level, d] += eps
+                    table[level, d] = value  # exactly: the tables are compared bit for bit below
                     want += ((up - down) / (2 * eps)) ** 2 * float(var[level, d])
             want += float(spread[1][f][level])
         # the product of the two factors' variances: the known level's own, the population's for an unseen one
