@@ -40,8 +40,8 @@ def test_top_n_matches_brute_force(posterior, strategy):
 
 
 def test_lcb_and_ucb_reorder_by_uncertainty(posterior):
-    lcb = top_n(posterior, np.array([3]), n=N_ITEMS, strategy="lcb", kappa=50.0)
-    ucb = top_n(posterior, np.array([3]), n=N_ITEMS, strategy="ucb", kappa=50.0)
+    lcb = top_n(posterior, np.array([3]), n=N_ITEMS, strategy="lcb", kappa=1000.0)
+    ucb = top_n(posterior, np.array([3]), n=N_ITEMS, strategy="ucb", kappa=1000.0)
     # with a huge kappa the ranking is by std: LCB puts the most certain item first, UCB the least
     assert lcb.std[0, 0] == pytest.approx(lcb.std[0].min())
     assert ucb.std[0, 0] == pytest.approx(ucb.std[0].max())
