@@ -3,9 +3,10 @@
 Given a fitted :class:`~mogp_surprise.core.posterior.MWGPPosterior` and the (item, rating) pairs of
 one user (new, or a known user with extra ratings), :func:`fold_in` maximises the training ELBO over
 that user's own parameters only: their embedding a_u (r dims), bias b_u (if the model has biases),
-bilinear factor p_u (k dims, if ``mf_rank`` > 0) and the variational posterior q(s_u) = N(mu, v) of their log-noise offset (if heteroscedastic). The
-global GP (inducing points, q(v) through w and M, kernel hyper-parameters, noise sigma^2), the items
-(GP inputs x_j, biases b_j, q(t_j)) and every prior stay as fitted.
+bilinear factor p_u (k dims, if ``mf_rank`` > 0) and the variational posterior q(s_u) = N(mu, v) of
+their log-noise offset (if heteroscedastic). The global GP (inducing points, q(v) through w and M,
+kernel hyper-parameters, noise sigma^2), the items (GP inputs x_j, biases b_j, q(t_j)) and every
+prior stay as fitted.
 
 The objective is the part of the training ELBO that involves the user (standardised ratings
 y_j = (r_j - rating_mean) / rating_std, each rating counted once), with the user's priors::
@@ -17,12 +18,13 @@ y_j = (r_j - rating_mean) / rating_std, each rating counted once), with the user
 
 ``prior="population"`` (the default): the priors are the population of the learned users, the
 distributions the cold-start user (index -1) is integrated over: N(emb_mean, emb_var) for the
-GP input, N(bias_mean, bias_var) for the bias, N(mf_mean, mf_var) for the bilinear factor and, for the log-noise offset, the Gaussian that
-matches the users' q(s) (their mean; the variance of their means plus their mean variance). Then
-0 ratings give the cold-start answer and every rating narrows it. ``prior="model"``: the model's
-own priors, N(0, 1 / embedding_reg) on the embedding a_u, N(0, 1 / mf_reg) on p_u, N(0, 1 / bias_reg), N(0, tau_0) -- the
-training ELBO exactly (its gradient is checked against ``MWGPModule.elbo``). With few ratings they
-predict worse, being wider than the learned users' spread (ML-1M, 5 ratings: RMSE 0.970 vs 0.938).
+GP input, N(bias_mean, bias_var) for the bias, N(mf_mean, mf_var) for the bilinear factor and, for
+the log-noise offset, the Gaussian that matches the users' q(s) (their mean; the variance of their
+means plus their mean variance). Then 0 ratings give the cold-start answer and every rating narrows
+it. ``prior="model"``: the model's own priors, N(0, 1 / embedding_reg) on the embedding a_u,
+N(0, 1 / mf_reg) on p_u, N(0, 1 / bias_reg), N(0, tau_0) -- the training ELBO exactly (its gradient is
+checked against ``MWGPModule.elbo``). With few ratings they predict worse, being wider than the
+learned users' spread (ML-1M, 5 ratings: RMSE 0.970 vs 0.938).
 
 with the closed forms of :mod:`mogp_surprise.core.model`: for k_j = k((x_u, x_j), Z), shape (m,),
 and q(t_j) = N(mu_t_j, v_t_j) the item's fitted log-noise offset::

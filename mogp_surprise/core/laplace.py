@@ -7,10 +7,11 @@ implicit feedback). Its posterior precision is approximated per dimension by
 
 (Gauss-Newton: the curvature of the expected log likelihood through the predictive mean, with
 lambda_n = E[1 / sigma_n^2]; other parameters held at their fitted values), and that of its bias
-is bias_reg + sum_n lambda_n. A user's bilinear factor p~_u (``mf_rank`` > 0, implicit feedback included) gets, likewise,
-mf_reg + sum_n lambda_n q_i^2 per dimension (and q_i symmetrically). The posterior adds their averages to the spread of the learned
-inputs and biases when it integrates out an unseen user or item: MAP estimates are shrunk towards
-the prior mean, so their own spread understates how different a new user can be.
+is bias_reg + sum_n lambda_n. A user's bilinear factor p~_u (``mf_rank`` > 0, implicit feedback
+included) gets, likewise, mf_reg + sum_n lambda_n q_i^2 per dimension (and q_i symmetrically). The
+posterior adds their averages to the spread of the learned inputs, biases and factors when it
+integrates out an unseen user or item: MAP estimates are shrunk towards the prior mean, so their
+own spread understates how different a new user can be.
 
 (Using these variances for known levels too, with the kernel's expectation under the input
 posterior as the predictive mean, was measured and not kept: ML-1M RMSE 0.8572 vs 0.8574,

@@ -160,25 +160,22 @@ class MWGPModule(nn.Module):
 
     def factor_tables(self) -> list[Tensor]:
         """The GP input of every level of every factor: embeddings plus implicit feedback, (n_f, r) each."""
-        tables = list(self.embeddings)
-        if self.implicit:
-            if self.implicit_graph is None:
-                raise RuntimeError("implicit=True needs set_implicit_graph(training index) first")
-            users, users_t, items, items_t = self.implicit_graph
-            tables[0] = tables[0] + _SparseProduct.apply(self.implicit_factors[0], users, users_t)
-            tables[1] = tables[1] + _SparseProduct.apply(self.implicit_factors[1], items, items_t)
-        return tables
+        return self._with_implicit(self.embeddings, self.implicit_factors)
 
     def mf_tables(self) -> list[Tensor]:
         """The bilinear factors the mean uses, [P~ (n_users, k), Q~ (n_items, k)]: with implicit feedback
         P + N_u Y' and Q + N_i X' (as for the GP inputs), otherwise P and Q; empty without the term."""
-        tables = list(self.mf_factors)
-        if self.mf_implicit:
+        return self._with_implicit(self.mf_factors, self.mf_implicit)
+
+    def _with_implicit(self, tables: nn.ParameterList, implicit: nn.ParameterList) -> list[Tensor]:
+        """``tables`` with the normalised implicit sums N_u implicit[0] (users) and N_i implicit[1] (items) added."""
+        tables = list(tables)
+        if len(implicit):
             if self.implicit_graph is None:
                 raise RuntimeError("implicit=True needs set_implicit_graph(training index) first")
             users, users_t, items, items_t = self.implicit_graph
-            tables[0] = tables[0] + _SparseProduct.apply(self.mf_implicit[0], users, users_t)
-            tables[1] = tables[1] + _SparseProduct.apply(self.mf_implicit[1], items, items_t)
+            tables[0] = tables[0] + _SparseProduct.apply(implicit[0], users, users_t)
+            tables[1] = tables[1] + _SparseProduct.apply(implicit[1], items, items_t)
         return tables
 
     def features(self, index: Tensor, tables: list[Tensor] | None = None) -> Tensor:

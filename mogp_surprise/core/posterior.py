@@ -58,12 +58,14 @@ class MWGPPosterior:
     ----------
     foldin : dict or None
         What fold-in (:func:`mogp_surprise.core.foldin.fold_in`) needs besides the prediction
-        tensors (``None`` for a state saved before fold-in existed): ``embedding_reg`` and ``bias_reg`` (the priors' precisions;
-        ``None`` when ``from_module`` was not given them), ``use_biases``, ``heteroscedastic``,
-        ``implicit`` (bools), ``item_implicit`` (the items' implicit factors y_j, (n_items, r), or
-        ``None``), ``item_mf_implicit`` (the items' implicit bilinear factors y'_j, (n_items, k), or
-        ``None``), ``mf_reg`` (``None`` for a state saved before the bilinear term), ``noise_offset_mean`` and ``noise_offset_logvar`` (every level's q(s), one tensor
-        per factor; empty lists when homoscedastic) and ``noise_prior_logvar`` (log tau_f, (F,)).
+        tensors (``None`` for a state saved before fold-in existed): ``embedding_reg`` and
+        ``bias_reg`` (the priors' precisions; ``None`` when ``from_module`` was not given them),
+        ``use_biases``, ``heteroscedastic``, ``implicit`` (bools), ``item_implicit`` (the items'
+        implicit factors y_j, (n_items, r), or ``None``), ``item_mf_implicit`` (the items' implicit
+        bilinear factors y'_j, (n_items, k), or ``None``), ``mf_reg`` (``None`` for a state saved
+        before the bilinear term), ``noise_offset_mean`` and ``noise_offset_logvar`` (every level's
+        q(s), one tensor per factor; empty lists when homoscedastic) and ``noise_prior_logvar`` (log
+        tau_f, (F,)).
     cold_users : bool Tensor of shape (n_users,) or None
         User rows predicted exactly as an unseen user (index -1): folded-in users with 0 ratings.
     mf_factors : list of Tensor
@@ -115,8 +117,9 @@ class MWGPPosterior:
         variance (linearised: J^T diag(v) J for the GP input, plus the bias variance).
 
         ``embedding_reg``, ``bias_reg`` and ``mf_reg``: the precisions of the embedding, bias and
-        bilinear-factor priors the module was trained with; kept (with the item implicit factors and every level's q(s)) in
-        :attr:`foldin` for :func:`~.foldin.fold_in`, which refuses a posterior built without them.
+        bilinear-factor priors the module was trained with; kept (with the item implicit factors and
+        every level's q(s)) in :attr:`foldin` for :func:`~.foldin.fold_in`, which refuses a
+        posterior built without them.
         """
         f64 = {"dtype": torch.float64}
         emb = [e.detach().to(**f64) for e in module.factor_tables()]

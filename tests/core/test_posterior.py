@@ -348,3 +348,63 @@ def test_heteroscedastic_state_round_trip_and_old_states_load_as_homoscedastic()
     restored = MWGPPosterior.from_state_dict(old)
     for a, b in zip(homo.predict(pairs), restored.predict(pairs)):
         np.testing.assert_array_equal(a, b)
+
+
+# -- the bilinear term p_u . q_i --------------------------------------------------------------------------
+K_MF = 3
+
+
+def _mf_module(seed: int = 5) -> MWGPModule:
+    mod = random_module((N_USERS, N_ITEMS), R, M, seed=seed, scale=0.7, q_diag=1.5, mf_rank=K_MF)
+    return mod
+
+
+def test_bilinear_term_enters_the_mean_of_known_pairs_and_is_integrated_for_unseen_levels() -> None:
+    """Known pairs: the dense reference's mean plus p_u . q_i, its variance unchanged (no Laplace variances
+    given). Unseen levels: Monte Carlo over the learned population of embeddings, biases and factors."""
+    mod = _mf_module()
+    post = _post(mod)
+    ref = _DenseReference(mod)
+    P, Q = (t.detach().numpy() for t in mod.mf_factors)
+    pairs = _all_pairs()
+    u, i = pairs[:, 0], pairs[:, 1]
+    mean, var = ref.moments(ref.a[u], ref.b[i], ref.bias_a[u] + ref.bias_b[i] + (P[u] * Q[i]).sum(1))
+    got = post.predict(pairs, include_noise=False)
+    np.testing.assert_allclose(got[0], RATING_MEAN + RATING_STD * mean, rtol=1e-10)
+    np.testing.assert_allclose(got[1], RATING_STD ** 2 * var, rtol=1e-10)
+    assert float(np.abs((P[u] * Q[i]).sum(1)).max()) > 0.1  # the term is not negligible here
+    rng = np.random.default_rng(11)
+    for user, item in ((None, 2), (3, None), (None, None)):
+        def draw(emb, bias, factors, known):
+            if known is not None:
+                return (np.repeat(emb[known][None], N_MC, 0), np.full(N_MC, bias[known]),
+                        np.repeat(factors[known][None], N_MC, 0))
+            return (emb.mean(0) + emb.std(0) * rng.standard_normal((N_MC, emb.shape[1])),
+                    bias.mean() + bias.std() * rng.standard_normal(N_MC),
+                    factors.mean(0) + factors.std(0) * rng.standard_normal((N_MC, factors.shape[1])))
+        a, ba, p = draw(ref.a, ref.bias_a, P, user)
+        b, bb, q = draw(ref.b, ref.bias_b, Q, item)
+        cond_mean, cond_var = ref.moments(a, b, ba + bb + (p * q).sum(1))
+        mc_mean = RATING_MEAN + RATING_STD * cond_mean.mean()
+        mc_var = RATING_STD ** 2 * (cond_var.mean() + cond_mean.var())
+        idx = np.array([[-1 if user is None else user, -1 if item is None else item]])
+        m, v = post.predict(idx, include_noise=False)
+        assert abs(m[0] - mc_mean) <= 0.02 * np.sqrt(mc_var), (user, item)
+        assert v[0] == pytest.approx(mc_var, rel=0.02), (user, item)
+
+
+def test_bilinear_state_round_trip_and_old_states_load_without_the_term() -> None:
+    pairs = np.array([[u, i] for u in range(-1, N_USERS) for i in range(-1, N_ITEMS)])
+    post = _post(_mf_module())
+    assert post.mf_rank == K_MF
+    again = MWGPPosterior.from_state_dict(post.state_dict())
+    for a, b in zip(post.predict(pairs), again.predict(pairs)):
+        np.testing.assert_array_equal(a, b)
+    plain = _post(_random_module(seed=3))
+    assert plain.mf_rank == 0
+    old = {k: v for k, v in plain.state_dict().items()
+           if k not in ("mf_mean", "mf_var", "mf_factors", "mf_level_var")}  # written before the term existed
+    restored = MWGPPosterior.from_state_dict(old)
+    assert restored.mf_rank == 0
+    for a, b in zip(plain.predict(pairs), restored.predict(pairs)):
+        np.testing.assert_array_equal(a, b)
