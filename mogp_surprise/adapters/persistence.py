@@ -81,10 +81,16 @@ def load_payload(path: str | os.PathLike, expected: str) -> dict[str, Any]:
     return payload
 
 
+#: hyper-parameters added after the file format: a file without one was saved by a model that did not
+#: have the feature, so it loads with the value that describes that model (not today's default)
+_BEFORE_THEY_EXISTED = {"noise": "homoscedastic", "implicit": False, "embedding_uncertainty": False,
+                        "early_stopping": False, "mf_rank": 0}
+
+
 def load_model(cls: type, path: str | os.PathLike, device: Any = None) -> tuple[Any, dict[str, Any]]:
     """A ``cls`` instance with the saved hyper-parameters and posterior, plus its adapter-specific state."""
     payload = load_payload(path, expected=cls.__name__)
-    estimator = cls(**payload["hyper_params"])
+    estimator = cls(**{**_BEFORE_THEY_EXISTED, **payload["hyper_params"]})
     post = MWGPPosterior.from_state_dict(payload["posterior"])
     estimator.posterior_ = post if device is None else post.to(device=torch.device(device))
     estimator.loss_history_ = list(payload["training"]["loss_history"])
