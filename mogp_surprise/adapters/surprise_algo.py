@@ -38,8 +38,8 @@ class MWGP(HyperParamsMixin, AlgoBase):
     posterior_ : MWGPPosterior
         The fitted predictive distribution (core object, torch tensors).
     loss_history_ : list of float
-        Per epoch: minus (the minibatch ELBO averaged over the epoch + the log prior of embeddings
-        and biases at its end), per rating.
+        Per epoch: minus (the minibatch ELBO averaged over the epoch + the log prior of embeddings,
+        bilinear factors and biases at its end), per rating.
     fit_time_ : float
         Seconds spent in ``fit``.
 

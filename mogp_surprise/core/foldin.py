@@ -41,7 +41,7 @@ The user's GP input is x_u = a_u, or with implicit feedback
 ``x_u = a_u + |J|^(-1/2) sum_{j in J} y_j`` (y_j the items' implicit factors, J the items folded in),
 and likewise their bilinear factor ``p~_u = p_u + |J|^(-1/2) sum_{j in J} y'_j``; the population
 prior is on x_u and p~_u, the model's on a_u and p_u.
-With ``prior="model"`` the gradient of L w.r.t. (a_u, b_u, mu, log v) is that of
+With ``prior="model"`` the gradient of L w.r.t. (a_u, b_u, mu, log v, p_u) is that of
 :meth:`~mogp_surprise.core.model.MWGPModule.elbo` w.r.t. the user's rows (checked in
 ``tests/core/test_foldin.py``). Homoscedastic models have no q(s_u) (lambda_j = 1 / sigma^2),
 models without biases no b_u.
@@ -117,6 +117,9 @@ class FoldedUser:
     mf_factor, mf_factor_var : ndarray of shape (k,)
         The bilinear factor p~_u (implicit feedback included, like ``input``) and its Laplace variance
         (empty for a model with ``mf_rank=0``).
+    mf_factor_raw : ndarray of shape (k,)
+        The factor p_u alone (like ``embedding``): what :func:`fold_in_objective` takes as
+        ``mf_factor``.
     """
 
     input: np.ndarray
@@ -132,6 +135,7 @@ class FoldedUser:
     n_iter: int
     mf_factor: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
     mf_factor_var: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    mf_factor_raw: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
 
     @property
     def cold(self) -> bool:
@@ -517,7 +521,8 @@ class _Context:
             bias=float(b) if self.use_biases else 0.0, bias_var=float(bias_var),
             noise_offset_mean=float(mu), noise_offset_var=float(var),
             noise_scale=math.exp(float(mu) + 0.5 * float(var)), n_ratings=data.n, objective=float(value),
-            n_iter=n_iter, mf_factor=(p + data.implicit_mf).cpu().numpy(), mf_factor_var=mf_var.cpu().numpy())
+            n_iter=n_iter, mf_factor=(p + data.implicit_mf).cpu().numpy(), mf_factor_var=mf_var.cpu().numpy(),
+            mf_factor_raw=p.cpu().numpy())
 
 
 def _finite(value) -> bool:

@@ -28,10 +28,14 @@ from .model import MWGPModule
 
 @torch.no_grad()
 def level_variances(module: MWGPModule, index: Tensor, jitter: float, embedding_reg: float, bias_reg: float,
-                    chunk_size: int = 65536, mf_reg: float = 0.0) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
+                    chunk_size: int = 65536, mf_reg: float | None = None
+                    ) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
     """Diagonal posterior variances of every level's GP input, (n_levels_f, r) per factor, of its
     bias, (n_levels_f,) per factor (precision bias_reg + sum_n lambda_n; zeros without biases), and
-    of the users' and items' bilinear factors, (n_levels_f, mf_rank) for f = 0, 1 (empty without)."""
+    of the users' and items' bilinear factors, (n_levels_f, mf_rank) for f = 0, 1 (empty without;
+    ``mf_reg``, the precision of their prior, is then required)."""
+    if module.mf_rank and mf_reg is None:
+        raise ValueError("this module has a bilinear term: pass `mf_reg`, the precision of its factors' prior")
     terms = module.whitened_terms(jitter)
     tables = module.factor_tables()
     z, ls, s = module.inducing, module.lengthscale(), module.outputscale()
@@ -60,4 +64,4 @@ def level_variances(module: MWGPModule, index: Tensor, jitter: float, embedding_
     return ([1.0 / (p + embedding_reg) if embedding_reg > 0 else torch.zeros_like(p) for p in prec],
             [1.0 / (p + bias_reg) if bias_reg > 0 and module.use_biases else torch.zeros_like(p)
              for p in bias_prec],
-            [1.0 / (p + mf_reg) if mf_reg > 0 else torch.zeros_like(p) for p in mf_prec])
+            [1.0 / (p + mf_reg) if mf_reg else torch.zeros_like(p) for p in mf_prec])

@@ -278,7 +278,7 @@ class MWGPModule(nn.Module):
 
     def elbo(self, index: Tensor, y: Tensor, n_data: int, jitter: float, kl_weight: float = 1.0,
              embedding_reg: float = 0.0, bias_reg: float = 0.0, mf_reg: float = 0.0) -> Tensor:
-        """Unbiased minibatch estimate of the ELBO plus the log prior of embeddings and biases.
+        """Unbiased minibatch estimate of the ELBO plus the log prior of embeddings, factors and biases.
 
         The trainer passes ``embedding_reg = bias_reg = mf_reg = 0`` and applies those priors through
         Adam's weight decay (same gradient, no pass over every table row per step).

@@ -155,6 +155,9 @@ class MWGPPosterior:
             emb_var = emb_var + torch.stack([v.to(**f64).mean(0) for v in input_var]).to(z.device)
             bias_var = bias_var + torch.stack([v.to(**f64).mean() for v in level_bias_var])
             if mf:
+                if len(level_variances) < 3:
+                    raise ValueError("this module has a bilinear term: `level_variances` must hold the variances of "
+                                     "its factors too (laplace.level_variances returns them)")
                 mf_var = mf_var + torch.stack([v.to(**f64).mean(0) for v in level_variances[2]])
         # expectations of each factor's kernel under its cold-start distribution
         psi = [rbf_expectations(emb_mean[f], emb_var[f], z[:, f * r:(f + 1) * r], ls[f * r:(f + 1) * r])
@@ -278,6 +281,13 @@ class MWGPPosterior:
                    if k not in state]
         if missing:
             raise ValueError(f"posterior state is missing the entries {missing}")
+        rank = int(state["mf_mean"].shape[-1]) if state["mf_mean"].numel() else 0
+        if rank and len(state.get("mf_factors") or []) != 2:
+            raise ValueError(f"posterior state has a rank-{rank} bilinear term but not its two factor tables "
+                             "('mf_factors')")
+        if rank and state.get("input_var") and len(state.get("mf_level_var") or []) != 2:
+            raise ValueError("posterior state has Laplace variances ('input_var') but not those of its bilinear "
+                             "factors ('mf_level_var')")
         return cls({k: state[k] for k in _TENSORS}, state["embeddings"], state["biases"],
                    state["rating_mean"], state["rating_std"], state.get("chunk_size", 65536),
                    state.get("noise_scales"),
@@ -335,15 +345,16 @@ class MWGPPosterior:
         r = self.latent_dim
         for n, u in enumerate(users):
             if not all(hasattr(u, a) for a in ("input", "input_var", "bias", "bias_var", "noise_scale",
-                                               "noise_offset_mean", "noise_offset_var", "n_ratings",
-                                               "mf_factor", "mf_factor_var")):
+                                               "noise_offset_mean", "noise_offset_var", "n_ratings")):
                 raise ValueError(f"`users[{n}]` is not a FoldedUser (from mogp_surprise.core.foldin.fold_in), "
                                  f"got {type(u).__name__}")
             if np.shape(u.input) != (r,) or np.shape(u.input_var) != (r,):
                 raise ValueError(f"`users[{n}]` has a GP input of shape {np.shape(u.input)}; this posterior's "
                                  f"latent dimension is {r}")
-            if np.shape(u.mf_factor) != (self.mf_rank,) or np.shape(u.mf_factor_var) != (self.mf_rank,):
-                raise ValueError(f"`users[{n}]` has a bilinear factor of shape {np.shape(u.mf_factor)}; this "
+            # (a FoldedUser pickled before the bilinear term existed has no such fields: none)
+            factor = getattr(u, "mf_factor", np.zeros(0))
+            if np.shape(factor) != (self.mf_rank,) or np.shape(getattr(u, "mf_factor_var", factor)) != (self.mf_rank,):
+                raise ValueError(f"`users[{n}]` has a bilinear factor of shape {np.shape(factor)}; this "
                                  f"posterior's mf_rank is {self.mf_rank}")
 
         def put(table: Tensor, values: list) -> Tensor:

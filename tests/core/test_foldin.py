@@ -122,8 +122,9 @@ def test_fold_in_reaches_a_stationary_point_with_the_laplace_variances_of_traine
     user = fold_in(post, ITEMS, (RATING_MEAN + RATING_STD * y).numpy(), tol=1e-10, prior="model")
     assert isinstance(user, FoldedUser) and user.n_ratings == len(ITEMS) and not user.cold
     _set_user(mod, user.embedding, user.bias, user.noise_offset_mean, np.log(max(user.noise_offset_var, 1e-300)),
-              user.mf_factor - _implicit_mf(post, ITEMS))
-    assert user.mf_factor.shape == user.mf_factor_var.shape == (mf_rank,)
+              user.mf_factor_raw)
+    assert user.mf_factor.shape == user.mf_factor_var.shape == user.mf_factor_raw.shape == (mf_rank,)
+    np.testing.assert_allclose(user.mf_factor, user.mf_factor_raw + _implicit_mf(post, ITEMS), rtol=1e-12)
     np.testing.assert_allclose(mod.factor_tables()[0][USER].detach().numpy(), user.input, rtol=1e-12, atol=1e-14)
     grads = torch.autograd.grad(_user_elbo(mod, y), _user_params(mod))
     assert max(float(g[USER].abs().max()) for g in grads) < 1e-6
@@ -236,7 +237,7 @@ def test_refolding_trained_users_recovers_their_predictions(synthetic) -> None:
         start = fold_in_objective(post, items, ratings, torch.as_tensor(post.embeddings[0][u]) - torch.as_tensor(
             post.foldin["item_implicit"][items]).sum(0) / np.sqrt(len(items)), post.biases[0][u],
             post.foldin["noise_offset_mean"][0][u], post.foldin["noise_offset_logvar"][0][u],
-            mf_factor=post.mf_factors[0][u] - _implicit_mf(post, items))
+            mf_factor=post.mf_factors[0][u] - torch.as_tensor(_implicit_mf(post, items)))
         warm = fold_in(post, items, ratings, init_user=u)
         assert warm.objective >= float(start) - 1e-9
         np.testing.assert_allclose(fold_in(post, items, ratings, init_user=u, max_iter=1).input,
@@ -253,6 +254,8 @@ def test_zero_ratings_give_exactly_the_cold_start_user(synthetic) -> None:
     empty = fold_in(post, np.array([], dtype=int), np.array([]))
     assert empty.cold and empty.n_ratings == 0 and empty.n_iter == 0
     np.testing.assert_allclose(empty.input, post.emb_mean[0].numpy())  # the population prior's mean
+    np.testing.assert_allclose(empty.mf_factor, post.mf_mean[0].numpy())  # likewise for the bilinear factor
+    np.testing.assert_allclose(empty.mf_factor_var, post.mf_var[0].numpy())
     some = fold_in(post, *per_user[N_TRAIN_USERS])
     extended = post.with_extra_users([empty, some, empty])
     for include_noise in (True, False):
@@ -344,6 +347,59 @@ def test_a_posterior_built_without_its_priors_refuses_fold_in() -> None:
     post = MWGPPosterior.from_module(mod, RATING_MEAN, RATING_STD, JITTER)
     with pytest.raises(ValueError, match="without its priors.*embedding_reg"):
         fold_in(post, ITEMS, np.ones(len(ITEMS)))
+    mod, _ = _random_model(True, True, mf_rank=2)
+    post = MWGPPosterior.from_module(mod, RATING_MEAN, RATING_STD, JITTER, embedding_reg=EMB_REG, bias_reg=BIAS_REG)
+    with pytest.raises(ValueError, match="without its priors.*`mf_reg`"):
+        fold_in(post, ITEMS, np.ones(len(ITEMS)))
+
+
+def test_population_prior_is_on_the_effective_bilinear_factor() -> None:
+    """With the population prior, the objective differs from the model-prior objective (the training ELBO) by
+    exactly the two sets of priors: N(emb_mean, emb_var) on x_u = a_u + implicit, N(bias_mean, bias_var) on b_u
+    and N(mf_mean, mf_var) on p~_u = p_u + implicit (population) against N(0, 1/reg) on a_u, b_u, p_u (model);
+    the likelihood cancels in the difference of two parameter points. Homoscedastic, so no q(s) terms."""
+    mod, post = _random_model(False, True, True, mf_rank=2)
+    y = torch.randn(len(ITEMS), generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    ratings = (RATING_MEAN + RATING_STD * y).numpy()
+    rated = np.unique(ITEMS)
+    implicit = (post.foldin["item_implicit"][rated].sum(0) / np.sqrt(len(rated))).double()
+    implicit_mf = torch.as_tensor(_implicit_mf(post, ITEMS))
+    gen = torch.Generator().manual_seed(5)
+
+    def priors(a, b, p):
+        x, pt = a + implicit, p + implicit_mf
+        pop = -0.5 * (((x - post.emb_mean[0]) ** 2 / post.emb_var[0]).sum()
+                      + (b - post.bias_mean[0]) ** 2 / post.bias_var[0]
+                      + ((pt - post.mf_mean[0]) ** 2 / post.mf_var[0]).sum())
+        model = -0.5 * (EMB_REG * (a * a).sum() + BIAS_REG * b * b + MF_REG * (p * p).sum())
+        return float(pop - model)
+
+    points = [(torch.randn(R, generator=gen, dtype=torch.float64), torch.randn((), generator=gen, dtype=torch.float64),
+               torch.randn(2, generator=gen, dtype=torch.float64)) for _ in range(2)]
+    obj = {prior: [float(fold_in_objective(post, ITEMS, ratings, a, b, prior=prior, mf_factor=p)) for a, b, p in points]
+           for prior in ("population", "model")}
+    got = (obj["population"][0] - obj["model"][0]) - (obj["population"][1] - obj["model"][1])
+    assert got == pytest.approx(priors(*points[0]) - priors(*points[1]), rel=1e-9)
+
+
+def test_population_fold_in_variance_and_start_of_the_bilinear_factor() -> None:
+    """The folded user's factor variance is 1 / (1 / mf_var + sum_j q~_j^2 / sigma^2) (homoscedastic: lambda =
+    1 / sigma^2), computed here from the posterior's tables; a known user's fold-in starts from their trained
+    factor (raw part: p~_u minus the implicit sum)."""
+    from mogp_surprise.core.foldin import _Context
+
+    mod, post = _random_model(False, True, True, mf_rank=2)
+    user = fold_in(post, ITEMS, np.linspace(1.0, 5.0, len(ITEMS)))
+    q = post.mf_factors[1][torch.as_tensor(ITEMS)].double()
+    want = 1.0 / (1.0 / post.mf_var[0] + (q * q).sum(0) / post.noise)
+    np.testing.assert_allclose(user.mf_factor_var, want.numpy(), rtol=1e-10)
+    ctx = _Context(post)
+    data = ctx.user_data(ITEMS, np.zeros(len(ITEMS)))
+    theta = ctx.start(data, USER)
+    np.testing.assert_allclose(theta[R + 3:].numpy(), (post.mf_factors[0][USER].double()
+                                                       - torch.as_tensor(_implicit_mf(post, ITEMS))).numpy(), rtol=1e-12)
+    np.testing.assert_allclose(ctx.start(data, None)[R + 3:].numpy(),
+                               (post.mf_mean[0] - torch.as_tensor(_implicit_mf(post, ITEMS))).numpy(), rtol=1e-12)
 
 
 # -- bad input ---------------------------------------------------------------------------------------------
