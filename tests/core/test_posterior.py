@@ -408,3 +408,20 @@ def test_bilinear_state_round_trip_and_old_states_load_without_the_term() -> Non
     assert restored.mf_rank == 0
     for a, b in zip(plain.predict(pairs), restored.predict(pairs)):
         np.testing.assert_array_equal(a, b)
+
+
+def test_incomplete_bilinear_states_and_variances_are_refused() -> None:
+    from mogp_surprise.core.laplace import level_variances
+
+    mod = _mf_module()
+    index = torch.as_tensor(_all_pairs())
+    with pytest.raises(ValueError, match="pass `mf_reg`"):
+        level_variances(mod, index, JITTER, embedding_reg=1.0, bias_reg=1.0)
+    spread = level_variances(mod, index, JITTER, embedding_reg=1.0, bias_reg=1.0, mf_reg=2.0)
+    with pytest.raises(ValueError, match="variances of its factors"):
+        _post(mod, level_variances=spread[:2])
+    state = _post(mod, level_variances=spread).state_dict()
+    with pytest.raises(ValueError, match="not its two factor tables"):
+        MWGPPosterior.from_state_dict({k: v for k, v in state.items() if k != "mf_factors"})
+    with pytest.raises(ValueError, match="not those of its bilinear factors"):
+        MWGPPosterior.from_state_dict({k: v for k, v in state.items() if k != "mf_level_var"})
