@@ -61,7 +61,7 @@ def test_gauss_newton_precision_matches_autograd(implicit: bool) -> None:
 
 def test_without_a_prior_no_correction_is_made() -> None:
     mod, index = _module(False)
-    input_var, bias_var, mf_var = level_variances(mod, index, JITTER, embedding_reg=0.0, bias_reg=0.0)
+    input_var, bias_var, mf_var = level_variances(mod, index, JITTER, embedding_reg=0.0, bias_reg=0.0, mf_reg=0.0)
     assert len(mf_var) == 2
     assert all(float(v.abs().max()) == 0.0 for v in [*input_var, *bias_var, *mf_var])
 
