@@ -37,12 +37,11 @@ def level_variances(module: MWGPModule, index: Tensor, jitter: float, embedding_
     if module.mf_rank and mf_reg is None:
         raise ValueError("this module has a bilinear term: pass `mf_reg`, the precision of its factors' prior")
     terms = module.whitened_terms(jitter)
-    tables = module.factor_tables()
+    tables, mf = module.input_tables()
     z, ls, s = module.inducing, module.lengthscale(), module.outputscale()
     r = module.latent_dim
     prec = [torch.zeros_like(t) for t in tables]
     bias_prec = [t.new_zeros(t.shape[0]) for t in tables]
-    mf = module.mf_tables()
     mf_prec = [torch.zeros_like(t) for t in mf]
     for start in range(0, index.shape[0], chunk_size):
         idx = index[start:start + chunk_size]

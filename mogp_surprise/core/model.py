@@ -158,38 +158,53 @@ class MWGPModule(nn.Module):
         if self.implicit:
             self.implicit_graph = implicit_graph(index[:, :2], self.n_levels[:2], self.inducing.dtype)
 
-    def factor_tables(self) -> list[Tensor]:
-        """The GP input of every level of every factor: embeddings plus implicit feedback, (n_f, r) each."""
-        return self._with_implicit(self.embeddings, self.implicit_factors)
+    def input_tables(self) -> tuple[list[Tensor], list[Tensor]]:
+        """The GP input of every level of every factor, (n_f, r) each, and the bilinear factors the mean
+        uses, [P~ (n_users, k), Q~ (n_items, k)] (empty without the term).
 
-    def mf_tables(self) -> list[Tensor]:
-        """The bilinear factors the mean uses, [P~ (n_users, k), Q~ (n_items, k)]: with implicit feedback
-        P + N_u Y' and Q + N_i X' (as for the GP inputs), otherwise P and Q; empty without the term."""
-        return self._with_implicit(self.mf_factors, self.mf_implicit)
-
-    def _with_implicit(self, tables: nn.ParameterList, implicit: nn.ParameterList) -> list[Tensor]:
-        """``tables`` with the normalised implicit sums N_u implicit[0] (users) and N_i implicit[1] (items) added."""
-        tables = list(tables)
-        if len(implicit):
+        With implicit feedback these are the embeddings plus N_u Y (users) and N_i X (items), and
+        P + N_u Y', Q + N_i X'; both sums of a side come from one sparse product with the implicit
+        tables side by side (one pass over the who-rated-what matrix instead of two: 4.0 vs 5.6 ms per
+        training step on ML-1M, forward and backward).
+        """
+        inputs, mf = list(self.embeddings), list(self.mf_factors)
+        if self.implicit:
             if self.implicit_graph is None:
                 raise RuntimeError("implicit=True needs set_implicit_graph(training index) first")
             users, users_t, items, items_t = self.implicit_graph
-            tables[0] = tables[0] + _SparseProduct.apply(implicit[0], users, users_t)
-            tables[1] = tables[1] + _SparseProduct.apply(implicit[1], items, items_t)
-        return tables
+            r = self.latent_dim
+            for side, (graph, graph_t) in enumerate(((users, users_t), (items, items_t))):
+                implicit = self.implicit_factors[side]
+                if self.mf_implicit:
+                    implicit = torch.cat([implicit, self.mf_implicit[side]], dim=1)
+                sums = _SparseProduct.apply(implicit, graph, graph_t)
+                inputs[side] = inputs[side] + sums[:, :r]
+                if self.mf_implicit:
+                    mf[side] = mf[side] + sums[:, r:]
+        return inputs, mf
+
+    def factor_tables(self) -> list[Tensor]:
+        """The GP inputs of :meth:`input_tables`."""
+        return self.input_tables()[0]
+
+    def mf_tables(self) -> list[Tensor]:
+        """The bilinear factors of :meth:`input_tables`."""
+        return self.input_tables()[1]
 
     def features(self, index: Tensor, tables: list[Tensor] | None = None) -> Tensor:
         """Concatenated GP inputs of index tuples, (B, F) -> (B, F * r)."""
         tables = self.factor_tables() if tables is None else tables
         return torch.cat([t.index_select(0, index[:, f]) for f, t in enumerate(tables)], dim=-1)
 
-    def prior_mean(self, index: Tensor) -> Tensor:
-        """Mean function c + sum_f bias_f[index_f] + p~_u . q~_i, shape (B,)."""
+    def prior_mean(self, index: Tensor, mf: list[Tensor] | None = None) -> Tensor:
+        """Mean function c + sum_f bias_f[index_f] + p~_u . q~_i, shape (B,) (``mf``: the bilinear
+        factors of :meth:`input_tables`, if already formed)."""
         out = self.global_mean.expand(index.shape[0])
         for f, bias in enumerate(self.biases):
             out = out + bias.index_select(0, index[:, f])
         if self.mf_rank:
-            p, q = (t.index_select(0, index[:, f]) for f, t in enumerate(self.mf_tables()))
+            mf = self.mf_tables() if mf is None else mf
+            p, q = (t.index_select(0, index[:, f]) for f, t in enumerate(mf))
             out = out + (p * q).sum(-1)
         return out
 
@@ -199,10 +214,12 @@ class MWGPModule(nn.Module):
         return WhitenedTerms(w=w, M=M, kl=kl)
 
     def latent_moments(self, index: Tensor, terms: WhitenedTerms,
-                       tables: list[Tensor] | None = None) -> tuple[Tensor, Tensor]:
-        """Mean (mean function included) and variance of f at index tuples under q."""
-        knm = paired_kernel(self.features(index, tables), self.inducing, self.lengthscale(), self.outputscale())
-        mean = self.prior_mean(index) + knm @ terms.w
+                       tables: tuple[list[Tensor], list[Tensor]] | None = None) -> tuple[Tensor, Tensor]:
+        """Mean (mean function included) and variance of f at index tuples under q (``tables``: those of
+        :meth:`input_tables`, if already formed)."""
+        inputs, mf = self.input_tables() if tables is None else tables
+        knm = paired_kernel(self.features(index, inputs), self.inducing, self.lengthscale(), self.outputscale())
+        mean = self.prior_mean(index, mf) + knm @ terms.w
         var = self.outputscale() + ((knm @ terms.M) * knm).sum(-1)
         return mean, var
 
@@ -229,8 +246,9 @@ class MWGPModule(nn.Module):
         :func:`~.kernels.data_fit`, which fuses the kernel, both products and their gradients.
         """
         outputscale = self.outputscale()
-        x = self.features(index)
-        resid = y - self.prior_mean(index)
+        inputs, mf = self.input_tables()
+        x = self.features(index, inputs)
+        resid = y - self.prior_mean(index, mf)
         n = index.shape[0]
         if not self.heteroscedastic:  # one scalar noise: the unweighted (faster) data term
             sums = data_fit(x, self.inducing, self.lengthscale(), outputscale, terms.w, terms.M, resid,

@@ -122,7 +122,8 @@ class MWGPPosterior:
         posterior built without them.
         """
         f64 = {"dtype": torch.float64}
-        emb = [e.detach().to(**f64) for e in module.factor_tables()]
+        inputs, mf = module.input_tables()
+        emb = [e.detach().to(**f64) for e in inputs]
         if module.use_biases:
             biases = [b.detach().to(**f64) for b in module.biases]
         else:
@@ -140,25 +141,14 @@ class MWGPPosterior:
         M = g @ g.T - linv_t @ linv_t.T
         M = 0.5 * (M + M.T)
         r = module.latent_dim
-        emb_mean = torch.stack([e.mean(0) for e in emb])
-        emb_var = torch.stack([e.var(0, unbiased=False) if e.shape[0] > 1 else torch.zeros(r, **f64)
-                               for e in emb])
-        emb_var = emb_var.to(z.device).clamp_min(1e-8)
-        bias_mean = torch.stack([b.mean() for b in biases])
-        bias_var = torch.stack([b.var(unbiased=False) if b.shape[0] > 1 else b.new_zeros(())
-                                for b in biases])
-        mf = [t.detach().to(**f64) for t in module.mf_tables()]
-        mf_mean = torch.stack([t.mean(0) for t in mf]) if mf else torch.zeros(0, 0, **f64, device=z.device)
-        mf_var = torch.stack([t.var(0, unbiased=False) for t in mf]) if mf else mf_mean.clone()
-        if level_variances is not None:
-            input_var, level_bias_var = level_variances[:2]
-            emb_var = emb_var + torch.stack([v.to(**f64).mean(0) for v in input_var]).to(z.device)
-            bias_var = bias_var + torch.stack([v.to(**f64).mean() for v in level_bias_var])
-            if mf:
-                if len(level_variances) < 3:
-                    raise ValueError("this module has a bilinear term: `level_variances` must hold the variances of "
-                                     "its factors too (laplace.level_variances returns them)")
-                mf_var = mf_var + torch.stack([v.to(**f64).mean(0) for v in level_variances[2]])
+        mf = [t.detach().to(**f64) for t in mf]
+        if mf and level_variances is not None and len(level_variances) < 3:
+            raise ValueError("this module has a bilinear term: `level_variances` must hold the variances of "
+                             "its factors too (laplace.level_variances returns them)")
+        laplace = [None] * 3 if level_variances is None else level_variances
+        emb_mean, emb_var = _population(emb, laplace[0], floor=1e-8)
+        bias_mean, bias_var = _population(biases, laplace[1])
+        mf_mean, mf_var = _population(mf, laplace[2]) if mf else (torch.zeros(0, 0, **f64, device=z.device),) * 2
         # expectations of each factor's kernel under its cold-start distribution
         psi = [rbf_expectations(emb_mean[f], emb_var[f], z[:, f * r:(f + 1) * r], ls[f * r:(f + 1) * r])
                for f in range(len(emb))]
@@ -568,6 +558,17 @@ class MWGPPosterior:
         if vp is not None and vq is not None:
             var = var + (vp * vq).sum(-1)
         return mean, var
+
+
+def _population(tables: list[Tensor], laplace: list[Tensor] | None, floor: float = 0.0) -> tuple[Tensor, Tensor]:
+    """Mean and variance, per factor, of the learned values of its levels (embeddings, biases or bilinear
+    factors): their spread (at least ``floor``) plus their average Laplace variance, if given (law of total
+    variance: point estimates are shrunk towards the prior, the population of true values is wider)."""
+    mean = torch.stack([t.mean(0) for t in tables])
+    var = torch.stack([t.var(0, unbiased=False) for t in tables]).clamp_min(floor)
+    if laplace is not None:
+        var = var + torch.stack([v.to(var).mean(0) for v in laplace])
+    return mean, var
 
 
 def _map_tensors(value: Any, fn) -> Any:

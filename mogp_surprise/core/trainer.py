@@ -219,7 +219,7 @@ def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], co
 def _rmse(module: MWGPModule, index: torch.Tensor, y: torch.Tensor, config: MWGPConfig) -> float:
     """RMSE of the predictive mean on standardised ratings (training dtype, chunked)."""
     terms = module.whitened_terms(config.jitter)
-    tables = module.factor_tables()
+    tables = module.input_tables()
     total = 0.0
     for start in range(0, index.shape[0], config.chunk_size):
         idx = index[start:start + config.chunk_size]
