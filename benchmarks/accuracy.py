@@ -15,9 +15,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import table, write_json  # noqa: E402
 
-from mogp_surprise.compare import ALGORITHMS  # noqa: E402
+from mogp_surprise.comparison import ALGORITHMS  # noqa: E402
 from mogp_surprise.evaluation import arrays_from_predictions, qp_curve, uncertainty_report  # noqa: E402
-from mogp_surprise.experiments import load_or_synthesize, synthetic  # noqa: E402
+from mogp_surprise.comparison.data import load_or_synthesize, synthetic  # noqa: E402
 
 
 def main(argv=None) -> dict:

@@ -21,7 +21,7 @@ from _common import table, write_json  # noqa: E402
 
 from mogp_surprise import MWGPRegressor  # noqa: E402
 from mogp_surprise.evaluation import qp_curve, uncertainty_report  # noqa: E402
-from mogp_surprise.experiments import load_or_synthesize, synthetic  # noqa: E402
+from mogp_surprise.comparison.data import load_or_synthesize, synthetic  # noqa: E402
 
 
 def main(argv=None) -> dict:

@@ -33,10 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import hold_out_users, table, write_json  # noqa: E402
 
 from mogp_surprise import MWGP  # noqa: E402
-from mogp_surprise.compare import ALGORITHMS  # noqa: E402
+from mogp_surprise.comparison import ALGORITHMS  # noqa: E402
 from mogp_surprise.datasets import to_surprise_dataset  # noqa: E402
 from mogp_surprise.evaluation import arrays_from_predictions, interval_coverage  # noqa: E402
-from mogp_surprise.experiments import load_or_synthesize, synthetic  # noqa: E402
+from mogp_surprise.comparison.data import load_or_synthesize, synthetic  # noqa: E402
 
 KS = (0, 5, 10, 20)
 

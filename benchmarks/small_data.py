@@ -24,7 +24,7 @@ from surprise import SVD, BaselineOnly, accuracy  # noqa: E402
 
 from mogp_surprise import MWGP  # noqa: E402
 from mogp_surprise.datasets import to_surprise_dataset  # noqa: E402
-from mogp_surprise.experiments import load_or_synthesize, synthetic  # noqa: E402
+from mogp_surprise.comparison.data import load_or_synthesize, synthetic  # noqa: E402
 
 
 def main(argv=None) -> dict:

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import table, write_json  # noqa: E402
 
 from mogp_surprise import MWGP  # noqa: E402
-from mogp_surprise.experiments import load_or_synthesize, synthetic  # noqa: E402
+from mogp_surprise.comparison.data import load_or_synthesize, synthetic  # noqa: E402
 
 
 def ranked_metrics(frame: pd.DataFrame, score: np.ndarray, n: int) -> tuple[float, float]:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from mogp_surprise.compare import compare, write_results
-from mogp_surprise.experiments import load_or_synthesize, synthetic
+from mogp_surprise.comparison import compare, write_results
+from mogp_surprise.comparison.data import load_or_synthesize, synthetic
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ from surprise.model_selection import train_test_split  # noqa: E402
 from mogp_surprise import HomoscedasticBaseline, MWGP  # noqa: E402
 from mogp_surprise.evaluation import (plot_qp, qp_curve_from_predictions, save_figure,  # noqa: E402
                                       uncertainty_report_from_predictions)
-from mogp_surprise.experiments import load_or_synthesize, synthetic  # noqa: E402
+from mogp_surprise.comparison.data import load_or_synthesize, synthetic  # noqa: E402
 
 
 def main() -> None:

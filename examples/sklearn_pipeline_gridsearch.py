@@ -13,7 +13,7 @@ from sklearn.model_selection import GridSearchCV, train_test_split
 from sklearn.pipeline import Pipeline
 
 from mogp_surprise import MWGPRegressor
-from mogp_surprise.experiments import load_or_synthesize, synthetic
+from mogp_surprise.comparison.data import load_or_synthesize, synthetic
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ import numpy as np
 from surprise.model_selection import GridSearchCV, train_test_split
 
 from mogp_surprise import MWGP
-from mogp_surprise.experiments import load_or_synthesize, synthetic
+from mogp_surprise.comparison.data import load_or_synthesize, synthetic
 
 
 def main() -> None:

@@ -21,7 +21,7 @@ _LAZY = {
     "MWGPRegressor": "mogp_surprise.adapters.sklearn_estimator",
     "MWGPConfig": "mogp_surprise.core.config",
     "PAPER_MODEL": "mogp_surprise.core.config",
-    "HomoscedasticBaseline": "mogp_surprise.adapters.homoscedastic",
+    "HomoscedasticBaseline": "mogp_surprise.comparison.homoscedastic",
 }
 
 __all__ = ["__version__", *_LAZY]

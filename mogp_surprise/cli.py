@@ -11,7 +11,8 @@ import numpy as np
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from .experiments import load_or_synthesize, run_demo
+    from .comparison.data import load_or_synthesize
+    from .comparison.demo import run_demo
 
     data = load_or_synthesize("ml-100k", data_dir=args.data_dir, download=not args.no_download)
     if data.synthetic:
@@ -42,8 +43,8 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from .compare import compare, write_results
-    from .experiments import load_or_synthesize
+    from .comparison import compare, write_results
+    from .comparison.data import load_or_synthesize
 
     data = load_or_synthesize(args.dataset, data_dir=args.data_dir, download=not args.no_download)
     if data.synthetic:
@@ -57,23 +58,23 @@ def _compare(args: argparse.Namespace) -> int:
     result = compare(data.surprise_dataset(), algos=args.algos, n_folds=args.folds, random_state=args.seed,
                      mwgp_params=params, progress=not args.no_progress)
     if args.reuse:
-        from .compare import reuse_results
+        from .comparison import reuse_results
         result = reuse_results(result, args.reuse_from or args.out, args.reuse)
     title = args.title or f"{data.name}, {args.folds}-fold CV"
     paths = write_results(result, args.out, title=title, plots=False)
     print()
     print(result.markdown())
-    paths.update(_plots(args.out, title))
+    paths.update(_plots(result, args.out, title))
     print("Wrote " + ", ".join(str(p) for p in paths.values()))
     return 0
 
 
-def _plots(out: str, title: str) -> dict:
+def _plots(result, out: str, title: str) -> dict:
     """The QP and calibration PNGs, or one line saying why they were skipped (no matplotlib)."""
-    from .compare import plot_results
+    from .comparison import plot_results
 
     try:
-        return plot_results(out, title=title)
+        return plot_results(result, out, title=title)
     except ModuleNotFoundError as exc:
         if not (exc.name or "").startswith("matplotlib"):
             raise
@@ -86,7 +87,7 @@ MATPLOTLIB_MISSING = ("matplotlib is not installed (from a checkout: pip install
 
 
 def _qp_plot(args: argparse.Namespace) -> int:
-    from .compare import plot_results
+    from .comparison import plot_results
 
     try:
         paths = plot_results(args.results, title=args.title or "")
@@ -265,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0, help="seed of the split and of both models")
     demo.set_defaults(func=_demo)
 
-    from .compare import ALGORITHMS  # light: algorithms are imported when they run
+    from .comparison.run import ALGORITHMS  # light: algorithms are imported when they run
 
     cmp_ = sub.add_parser("compare", help="the paper's experiment: algorithms side by side on identical CV folds",
                           **fmt)

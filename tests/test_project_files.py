@@ -33,7 +33,7 @@ def test_readme_shows_the_cpu_build_of_pytorch():
 
 
 def test_missing_optional_packages_name_a_command_that_works_from_a_checkout(monkeypatch):
-    import mogp_surprise.adapters.myfm_algo as myfm_algo
+    import mogp_surprise.comparison.myfm as myfm_algo
     from mogp_surprise.evaluation import plot_qp
 
     monkeypatch.setattr(myfm_algo, "myfm_available", lambda: False)

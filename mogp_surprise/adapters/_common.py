@@ -13,7 +13,6 @@ import numpy as np
 import pandas as pd
 
 from ..core.config import MWGPConfig
-from ..core.errors import NotFittedError
 from ..core.posterior import MWGPPosterior
 
 # the numpydoc Parameters block of MWGPConfig, first-line indent removed so that it can follow "    " in an
@@ -157,19 +156,30 @@ def id_twin(value: Any) -> Any:
     return None
 
 
-# fitted models (their posteriors) that already warned about an id mix-up, per factor name
-_TWIN_WARNED: "weakref.WeakKeyDictionary[MWGPPosterior, set[str]]" = weakref.WeakKeyDictionary()
+# fitted models (their posterior or training set) that already warned about an id mix-up, per factor name
+_TWIN_WARNED: "weakref.WeakKeyDictionary[Any, set[str]]" = weakref.WeakKeyDictionary()
 _MAX_TWIN_CHECKS = 10_000
 
 
-def warn_id_twins(posterior: MWGPPosterior, name: str, values: Sequence[Any], codes: np.ndarray,
+def encode_ids(owner: Any, encoder: IdEncoder, values: Sequence[Any] | np.ndarray) -> np.ndarray:
+    """Inner indices of raw ids of one factor, -1 for unseen ones: the one id path of both adapters.
+
+    ``owner`` stands for the fitted model (its posterior, or its training set): an unseen id that is a
+    known id spelt with the other type warns once per owner and factor (:func:`warn_id_twins`).
+    """
+    codes = encoder.transform(values)
+    warn_id_twins(owner, encoder.name, values, codes, encoder.__contains__)
+    return codes
+
+
+def warn_id_twins(owner: Any, name: str, values: Sequence[Any], codes: np.ndarray,
                   known: Callable[[Any], bool]) -> None:
     """Warn once per fitted model and factor when an unseen id is a known id spelt with another type.
 
     ``Dataset.load_builtin("ml-100k")`` holds raw ids as strings, so ``predict(196, 242)`` would
     silently give a cold-start answer for a user and item that are in the data; this names it.
     """
-    if name in _TWIN_WARNED.get(posterior, ()):
+    if name in _TWIN_WARNED.get(owner, ()):
         return
     unknown = np.flatnonzero(np.asarray(codes) < 0)
     if not unknown.size:
@@ -190,25 +200,91 @@ def warn_id_twins(posterior: MWGPPosterior, name: str, values: Sequence[Any], co
                 f"file data sets hold raw ids as strings. {n_twins} {name} id(s) like this get the cold-start "
                 f"(unseen {name}) answer; pass ids of the type used in training.", UserWarning,
                 stacklevel=_caller_level())
-            _TWIN_WARNED.setdefault(posterior, set()).add(name)
+            _TWIN_WARNED.setdefault(owner, set()).add(name)
             return
         if len(seen) >= _MAX_TWIN_CHECKS:
             return
 
 
-def require_fitted(obj: Any, attribute: str = "posterior_") -> MWGPPosterior:
-    post = getattr(obj, attribute, None)
-    if post is None:
-        raise NotFittedError(f"This {type(obj).__name__} instance is not fitted yet; call `fit` first.")
-    return post
-
-
 PARAMS_DOC = _PARAM_DOC
 
 
-def recommend_frame(posterior: MWGPPosterior, raw_users: Sequence[Any], inner_users: np.ndarray,
-                    raw_items: np.ndarray, exclude: list[np.ndarray] | None, n: int, strategy: str,
-                    kappa: float) -> pd.DataFrame:
+class UserModelMixin:
+    """``recommend``, ``recommend_many`` and ``fold_in`` of both adapters, written once.
+
+    An adapter provides where its ids and ratings live: ``_user_codes`` / ``_item_codes`` (raw ids
+    -> inner indices, -1 unseen), ``_raw_items()`` (raw item id of every inner index),
+    ``_known_ratings(user)`` (a known user's training (items, ratings); ratings None in model files
+    written before fold-in existed), ``_check_fitted()`` (the
+    posterior, or the adapter's not-fitted error), ``_rating_range()``
+    ((low, high) or None, and its name for messages) and ``_store_user`` (record a folded-in
+    user's ratings). The fitted posterior is ``posterior_``.
+    """
+
+    _user_label = "user"  # how messages name the first id column
+
+    def _user_item_posterior(self, what: str) -> MWGPPosterior:
+        post = self._check_fitted()
+        if post.n_factors != 2:
+            raise ValueError(f"{what} needs a (user, item) model; this one has {post.n_factors} id columns")
+        return post
+
+    def _recommend(self, user: Any, n: int, strategy: str, kappa: float, exclude_rated: bool,
+                   ratings: Any) -> pd.DataFrame:
+        if ratings is None:
+            return self._recommend_many([user], n, strategy, kappa, exclude_rated).drop(columns="user")
+        from ..core.recommend import check_strategy
+
+        check_strategy(strategy, kappa, n)  # before the fold-in's work
+        post, row, items, _ = self._folded(user, ratings)
+        return _recommend_frame(post, [user], np.array([row]), self._raw_items(), [items] if exclude_rated else None,
+                                n, strategy, kappa).drop(columns="user")
+
+    def _recommend_many(self, users: Any, n: int, strategy: str, kappa: float, exclude_rated: bool) -> pd.DataFrame:
+        post = self._user_item_posterior("recommend")
+        users = list(users)
+        inner = self._user_codes(users)
+        exclude = None
+        if exclude_rated:
+            exclude = [self._known_ratings(u)[0] if u >= 0 else np.empty(0, np.int64) for u in inner]
+        return _recommend_frame(post, users, inner, self._raw_items(), exclude, n, strategy, kappa)
+
+    def _fold_in(self, user: Any, ratings: Any):
+        user = plain_id(user)
+        post, row, items, values = self._folded(user, ratings)
+        self._store_user(user, row, items, values)
+        self.posterior_ = post
+        return self
+
+    def _folded(self, user: Any, ratings: Any) -> tuple[MWGPPosterior, int, np.ndarray, np.ndarray]:
+        """The posterior with one user's ratings folded in, the user's row, and all the user's (items, ratings).
+
+        A known user is folded in again from the union of their training ratings and ``ratings`` (a
+        new rating of an item replaces the old one), starting from their fitted values, in their own
+        row; a new user gets a new row.
+        """
+        from ..core.foldin import fold_in
+
+        post = self._user_item_posterior("fold-in")
+        items, values = check_fold_ratings(ratings, self._item_codes, *self._rating_range())
+        inner = int(self._user_codes([user])[0])
+        if inner < 0:
+            check_not_twin(self._user_label, user, lambda twin: self._user_codes([twin])[0] >= 0)
+            return post.with_extra_users([fold_in(post, items, values)]), post.n_levels[0], items, values
+        old_items, old_values = self._known_ratings(inner)
+        if old_values is None:
+            raise ValueError("this model was saved before fold-in existed and lacks its users' training "
+                             "ratings; refit it to fold in users")
+        keep = ~np.isin(old_items, items)
+        items = np.concatenate([old_items[keep], items]).astype(np.int64)
+        values = np.concatenate([old_values[keep], values])
+        folded = fold_in(post, items, values, init_user=inner, repeats=True)  # training data may repeat pairs
+        return post.with_replaced_users([inner], [folded]), inner, items, values
+
+
+def _recommend_frame(posterior: MWGPPosterior, raw_users: Sequence[Any], inner_users: np.ndarray,
+                     raw_items: np.ndarray, exclude: list[np.ndarray] | None, n: int, strategy: str,
+                     kappa: float) -> pd.DataFrame:
     """Top-N lists of several users as a tidy DataFrame (user, rank, item, mean, std, score)."""
     from ..core.recommend import top_n
 
@@ -218,18 +294,6 @@ def recommend_frame(posterior: MWGPPosterior, raw_users: Sequence[Any], inner_us
     users = np.asarray(list(raw_users), dtype=object)
     return pd.DataFrame({"user": users[rows], "rank": ranks + 1, "item": np.asarray(raw_items, dtype=object)[
         result.items[valid]], "mean": result.mean[valid], "std": result.std[valid], "score": result.score[valid]})
-
-
-def recommend_folded(fold: Callable[[], tuple], user: Any, raw_items: np.ndarray, n: int, strategy: str,
-                     kappa: float, exclude_rated: bool) -> pd.DataFrame:
-    """Top-``n`` of one user with ratings folded in for this call: ``fold()`` returns what
-    :func:`fold_in_user` does; the arguments are checked before that work."""
-    from ..core.recommend import check_strategy
-
-    check_strategy(strategy, kappa, n)
-    post, row, items, _ = fold()
-    return recommend_frame(post, [user], np.array([row]), raw_items, [items] if exclude_rated else None, n,
-                           strategy, kappa).drop(columns="user")
 
 
 def check_fold_ratings(ratings: Any, encode_items: Callable[[list], np.ndarray],
@@ -273,27 +337,6 @@ def check_fold_ratings(ratings: Any, encode_items: Callable[[list], np.ndarray],
         repeated = sorted({raw for raw, code in zip(raw_items, items.tolist()) if code in twice}, key=str)
         raise ValueError(f"`ratings` rates item(s) {repeated[:5]} more than once; give each item one rating")
     return items.astype(np.int64), values
-
-
-def fold_in_user(posterior: MWGPPosterior, user: int, known: tuple[np.ndarray, np.ndarray] | None,
-                 items: np.ndarray, values: np.ndarray) -> tuple[MWGPPosterior, int, np.ndarray, np.ndarray]:
-    """The posterior with one user's ratings folded in, the user's row, and all the user's (items, ratings).
-
-    ``user`` is the inner index of a known user (-1 for a new one) and ``known`` that user's training
-    (items, ratings): a known user is folded in again from the union (a new rating of an item replaces
-    the old one) starting from their fitted values, in their own row; a new user gets a new row.
-    """
-    from ..core.foldin import fold_in
-
-    if user >= 0 and known is not None:
-        old_items, old_values = known
-        keep = ~np.isin(old_items, items)
-        items = np.concatenate([old_items[keep], items]).astype(np.int64)
-        values = np.concatenate([old_values[keep], values])
-        folded = fold_in(posterior, items, values, init_user=user, repeats=True)  # training data may repeat pairs
-        return posterior.with_replaced_users([user], [folded]), user, items, values
-    folded = fold_in(posterior, items, values)
-    return posterior.with_extra_users([folded]), posterior.n_levels[0], items, values
 
 
 # -- Surprise trainsets (shared by MWGP and the baselines with a predictive distribution) ----------

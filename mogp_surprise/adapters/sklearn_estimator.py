@@ -12,11 +12,11 @@ from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.validation import check_is_fitted
 
 from ..core.trainer import fit_mwgp
-from ._common import (PARAMS_DOC, HyperParamsMixin, IdEncoder, check_fold_ratings, check_id_column, check_not_twin,
-                      fold_in_user, plain_id, recommend_folded, recommend_frame, warn_id_twins)
+from ._common import PARAMS_DOC, HyperParamsMixin, IdEncoder, UserModelMixin, check_id_column, encode_ids, plain_id
 from .persistence import load_model, save_model
 
-class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
+
+class MWGPRegressor(HyperParamsMixin, UserModelMixin, RegressorMixin, BaseEstimator):
     __doc__ = f"""Multi-output GP matrix factorisation (MW-GP) as a scikit-learn regressor.
 
     ``X`` holds categorical ids, one column per factor: ``(user, item)``, optionally followed by
@@ -90,10 +90,12 @@ class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
         ``ratings`` ({item: rating} or (item, rating) pairs) are folded in for this call only.
         Only for (user, item) models (two id columns).
         """
-        if ratings is None:
-            return self.recommend_many([user], n, strategy, kappa, exclude_rated).drop(columns="user")
-        return recommend_folded(lambda: self._folded(user, ratings), user, self.encoders_[1].classes_.to_numpy(), n,
-                                strategy, kappa, exclude_rated)
+        return self._recommend(user, n, strategy, kappa, exclude_rated, ratings)
+
+    def recommend_many(self, users: Any, n: int = 10, strategy: str = "mean", kappa: float = 1.0,
+                       exclude_rated: bool = True) -> pd.DataFrame:
+        """Batched :meth:`recommend`: one DataFrame with columns user, rank, item, mean, std, score."""
+        return self._recommend_many(users, n, strategy, kappa, exclude_rated)
 
     def fold_in(self, user: Any, ratings: Any) -> "MWGPRegressor":
         """Take a user's ratings into account without refitting; see :meth:`mogp_surprise.MWGP.fold_in`.
@@ -103,8 +105,35 @@ class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
         column; a known user is folded in again from their training ratings plus these. Only for
         (user, item) models. Returns ``self``.
         """
-        user = plain_id(user)
-        post, row, items, values = self._folded(user, ratings)
+        return self._fold_in(user, ratings)
+
+    # -- where UserModelMixin finds ids and ratings ------------------------------------------------
+    def _check_fitted(self):
+        check_is_fitted(self, "posterior_")
+        return self.posterior_
+
+    @property
+    def _user_label(self) -> str:
+        return self.encoders_[0].name
+
+    def _user_codes(self, raw: Any) -> np.ndarray:
+        return self._encode(self.encoders_[0], np.asarray(list(raw), dtype=object))
+
+    def _item_codes(self, raw: Any) -> np.ndarray:
+        return self._encode(self.encoders_[1], np.asarray(list(raw), dtype=object))
+
+    def _raw_items(self) -> np.ndarray:
+        return self.encoders_[1].classes_.to_numpy()
+
+    def _known_ratings(self, user: int) -> tuple[np.ndarray, np.ndarray | None]:
+        indptr, rated, rated_values = self._rated  # no values in files written before fold-in existed
+        lo, hi = indptr[user], indptr[user + 1]
+        return rated[lo:hi], None if rated_values is None else rated_values[lo:hi]
+
+    def _rating_range(self) -> tuple[tuple[float, float] | None, str]:
+        return getattr(self, "rating_range_", None), "the range of the training ratings"
+
+    def _store_user(self, user: Any, row: int, items: np.ndarray, values: np.ndarray) -> None:
         users = self.encoders_[0]
         if row >= users.n_levels:
             self.encoders_[0] = IdEncoder(users.name, users.classes_.append(pd.Index([user], dtype=object)))
@@ -117,42 +146,6 @@ class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
         self._rated = (np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
                        np.concatenate([rated[:lo], items, rated[hi:]]).astype(np.int64),
                        np.concatenate([rated_values[:lo], values, rated_values[hi:]]))
-        self.posterior_ = post
-        return self
-
-    def _folded(self, user: Any, ratings: Any):
-        check_is_fitted(self, "posterior_")
-        if self.n_features_in_ != 2:
-            raise ValueError(f"fold-in needs a (user, item) model; this one has {self.n_features_in_} id columns")
-        items, values = check_fold_ratings(
-            ratings, lambda raw: self._encode(self.encoders_[1], np.asarray(raw, dtype=object)),
-            getattr(self, "rating_range_", None), "the range of the training ratings")
-        inner = int(self._encode(self.encoders_[0], np.asarray([user], dtype=object))[0])
-        if inner < 0:
-            check_not_twin(self.encoders_[0].name, user, self.encoders_[0].__contains__)
-        known = None
-        if inner >= 0:
-            indptr, rated, rated_values = self._rated
-            if rated_values is None:
-                raise ValueError("this model was saved before fold-in existed and lacks its users' training "
-                                 "ratings; refit it to fold in users")
-            known = (rated[indptr[inner]:indptr[inner + 1]], rated_values[indptr[inner]:indptr[inner + 1]])
-        return fold_in_user(self.posterior_, inner, known, items, values)
-
-    def recommend_many(self, users: Any, n: int = 10, strategy: str = "mean", kappa: float = 1.0,
-                       exclude_rated: bool = True) -> pd.DataFrame:
-        """Batched :meth:`recommend`: one DataFrame with columns user, rank, item, mean, std, score."""
-        check_is_fitted(self, "posterior_")
-        if self.n_features_in_ != 2:
-            raise ValueError(f"recommend needs a (user, item) model; this one has {self.n_features_in_} id columns")
-        users = list(users)
-        inner = self._encode(self.encoders_[0], np.asarray(users, dtype=object))
-        exclude = None
-        if exclude_rated:
-            indptr, items, _ = self._rated
-            exclude = [items[indptr[u]:indptr[u + 1]] if u >= 0 else np.empty(0, np.int64) for u in inner]
-        return recommend_frame(self.posterior_, users, inner, self.encoders_[1].classes_.to_numpy(), exclude, n,
-                               strategy, kappa)
 
     def save(self, path) -> None:
         """Save the fitted model (weights, id maps, hyper-parameters, versions) to ``path``."""
@@ -182,9 +175,7 @@ class MWGPRegressor(HyperParamsMixin, RegressorMixin, BaseEstimator):
 
     def _encode(self, encoder: IdEncoder, values: np.ndarray) -> np.ndarray:
         """Inner indices of one id column, -1 for unseen ids (warns once when 196 was meant as '196')."""
-        codes = encoder.transform(values)
-        warn_id_twins(self.posterior_, encoder.name, values, codes, encoder.__contains__)
-        return codes
+        return encode_ids(self.posterior_, encoder, values)
 
     def __setstate__(self, state: dict) -> None:
         super().__setstate__(state)

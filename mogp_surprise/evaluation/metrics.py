@@ -56,8 +56,11 @@ def rmse(y: object, mean: object) -> float:
     -------
     float
     """
-    y_arr, mean_arr, _ = check_triplet(y, mean)
-    return float(np.sqrt(np.mean((y_arr - mean_arr) ** 2)))
+    return _rmse(*check_triplet(y, mean)[:2])
+
+
+def _rmse(y: np.ndarray, mean: np.ndarray) -> float:
+    return float(np.sqrt(np.mean((y - mean) ** 2)))
 
 
 def mae(y: object, mean: object) -> float:
@@ -72,12 +75,17 @@ def mae(y: object, mean: object) -> float:
     -------
     float
     """
-    y_arr, mean_arr, _ = check_triplet(y, mean)
-    return float(np.mean(np.abs(y_arr - mean_arr)))
+    return _mae(*check_triplet(y, mean)[:2])
+
+
+def _mae(y: np.ndarray, mean: np.ndarray) -> float:
+    return float(np.mean(np.abs(y - mean)))
 
 
 #: Registry of point-estimate metrics ``f(y, mean) -> float`` by lower-case name.
 METRICS: dict[str, MetricFunc] = {"rmse": rmse, "mae": mae}
+#: the built-in metrics without their input checks, for callers that validated the arrays once
+UNCHECKED: dict[MetricFunc, MetricFunc] = {rmse: _rmse, mae: _mae}
 
 
 def register_metric(name: str, func: MetricFunc, *, overwrite: bool = False) -> None:
@@ -143,10 +151,12 @@ def gaussian_nll(y: object, mean: object, std: object) -> float:
     -------
     float
     """
-    y_arr, mean_arr, std_arr = check_triplet(y, mean, std, strict_std=True)
-    z = (y_arr - mean_arr) / std_arr
-    nll = 0.5 * math.log(2.0 * math.pi) + np.log(std_arr) + 0.5 * z**2
-    return float(np.mean(nll))
+    return _gaussian_nll(*check_triplet(y, mean, std, strict_std=True))
+
+
+def _gaussian_nll(y: np.ndarray, mean: np.ndarray, std: np.ndarray) -> float:
+    z = (y - mean) / std
+    return float(np.mean(0.5 * math.log(2.0 * math.pi) + np.log(std) + 0.5 * z**2))
 
 
 def crps_gaussian(y: object, mean: object, std: object) -> float:
@@ -172,11 +182,12 @@ def crps_gaussian(y: object, mean: object, std: object) -> float:
     T. Gneiting and A. E. Raftery. Strictly proper scoring rules, prediction,
     and estimation. JASA 102(477), 2007.
     """
-    y_arr, mean_arr, std_arr = check_triplet(y, mean, std, strict_std=True)
-    z = (y_arr - mean_arr) / std_arr
-    crps = std_arr * (
-        z * (2.0 * special.ndtr(z) - 1.0) + 2.0 * stats.norm.pdf(z) - 1.0 / math.sqrt(math.pi)
-    )
+    return _crps_gaussian(*check_triplet(y, mean, std, strict_std=True))
+
+
+def _crps_gaussian(y: np.ndarray, mean: np.ndarray, std: np.ndarray) -> float:
+    z = (y - mean) / std
+    crps = std * (z * (2.0 * special.ndtr(z) - 1.0) + 2.0 * stats.norm.pdf(z) - 1.0 / math.sqrt(math.pi))
     return float(np.mean(crps))
 
 
@@ -275,16 +286,16 @@ def uncertainty_report(y: object, mean: object, std: object) -> dict[str, float]
         ``coverage_80``, ``coverage_90``, ``coverage_95``, ``sharpness`` and
         ``n`` (an int).
     """
-    y_arr, mean_arr, std_arr = check_triplet(y, mean, std, strict_std=True)
+    y_arr, mean_arr, std_arr = check_triplet(y, mean, std, strict_std=True)  # once, for every metric
     report: dict[str, float] = {
-        "rmse": rmse(y_arr, mean_arr),
-        "mae": mae(y_arr, mean_arr),
-        "nll": gaussian_nll(y_arr, mean_arr, std_arr),
-        "crps": crps_gaussian(y_arr, mean_arr, std_arr),
+        "rmse": _rmse(y_arr, mean_arr),
+        "mae": _mae(y_arr, mean_arr),
+        "nll": _gaussian_nll(y_arr, mean_arr, std_arr),
+        "crps": _crps_gaussian(y_arr, mean_arr, std_arr),
     }
-    coverage = interval_coverage(y_arr, mean_arr, std_arr, REPORT_LEVELS)
-    for level, observed in coverage.items():
-        report[f"coverage_{round(level * 100)}"] = observed
-    report["sharpness"] = sharpness(std_arr)
+    coverage = _coverage(y_arr, mean_arr, std_arr, np.asarray(REPORT_LEVELS))
+    for level, observed in zip(REPORT_LEVELS, coverage):
+        report[f"coverage_{round(level * 100)}"] = float(observed)
+    report["sharpness"] = float(np.mean(std_arr))
     report["n"] = int(y_arr.size)
     return report

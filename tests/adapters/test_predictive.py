@@ -1,26 +1,27 @@
-"""MomentsAlgo: one Surprise surface (estimate, test, predict_dist) over a baseline's moments."""
+"""PredictiveAlgo: one Surprise surface (estimate, predict, test, predict_dist) over an algorithm's moments."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 import pytest
-from surprise import PredictionImpossible
 
-from mogp_surprise.adapters._moments_algo import MomentsAlgo
+from mogp_surprise.adapters.predictive import PredictiveAlgo
+from mogp_surprise.core.errors import NotFittedError
 from mogp_surprise.datasets import to_surprise_dataset
 
 
-class _Linear(MomentsAlgo):
+class _Linear(PredictiveAlgo):
     """mean = 2 * inner user id - inner item id (unknown: 10), var = 1 + inner item id (unknown: 50)."""
 
     _fitted_attr = "fitted_"
 
     def fit(self, trainset):
-        MomentsAlgo.fit(self, trainset)
+        PredictiveAlgo.fit(self, trainset)
         self.fitted_ = True
         return self
 
-    def _moments(self, users, items):
+    def _moments(self, index, include_noise=True):
+        users, items = index[:, 0], index[:, 1]
         mean = np.where((users >= 0) & (items >= 0), 2.0 * users - items, 10.0)
         var = np.where(items >= 0, 1.0 + items, 50.0)
         return mean, var
@@ -60,7 +61,7 @@ def test_verbose_test_writes_each_prediction(algo, capsys):
 
 
 def test_unfitted_says_so():
-    with pytest.raises(PredictionImpossible, match="_Linear is not fitted"):
+    with pytest.raises(NotFittedError, match="_Linear instance is not fitted"):
         _Linear().predict_dist([("a", "x")])
-    with pytest.raises(PredictionImpossible, match="not fitted"):
+    with pytest.raises(NotFittedError, match="not fitted"):
         _Linear().test([("a", "x", 1.0)])

@@ -8,92 +8,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from surprise import AlgoBase
 
 from mogp_surprise.cli import main
-from mogp_surprise.compare import AlgoSpec, compare, load_results, plot_results, write_results
+from mogp_surprise.comparison import AlgoSpec, compare
 from mogp_surprise.datasets import make_synthetic_ratings
+from tests.comparison.test_run import _Recorder
 
 REPO = Path(__file__).resolve().parents[1]
-TINY_MWGP = {"n_epochs": 2, "n_inducing": 8, "batch_size": 256}
-
-
-class _Recorder(AlgoBase):
-    """Predicts the global mean with unit variance and records the test pairs it saw."""
-
-    seen: list[list[tuple]] = []
-
-    def fit(self, trainset):
-        AlgoBase.fit(self, trainset)
-        return self
-
-    def estimate(self, u, i):
-        return self.trainset.global_mean, {"var": 1.0, "std": 1.0}
-
-    def test(self, testset, verbose=False):
-        type(self).seen.append([(u, i) for u, i, _ in testset])
-        return AlgoBase.test(self, testset)
-
-
-def test_compare_uses_identical_folds_and_collects_metrics(synthetic_data):
-    _Recorder.seen = []
-    extra = {"rec_a": AlgoSpec("A", "predictive", lambda seed, p: _Recorder()),
-             "rec_b": AlgoSpec("B", "predictive", lambda seed, p: _Recorder())}
-    result = compare(synthetic_data, algos=["rec_a", "mwgp", "rec_b"], n_folds=3, mwgp_params=TINY_MWGP,
-                     extra_algos=extra)
-    seen = _Recorder.seen
-    assert len(seen) == 6
-    for fold in range(3):
-        assert seen[2 * fold] == seen[2 * fold + 1]  # A and B saw the same test pairs in each fold
-    assert seen[0] != seen[2]
-    folds = result.folds
-    assert set(folds["algo"]) == {"rec_a", "mwgp", "rec_b"} and len(folds) == 9
-    assert (folds.groupby("fold")["n_test"].nunique() == 1).all()
-    assert folds["n_test"].sum() == 3 * len(synthetic_data.raw_ratings)
-    summary = result.summary().set_index("algo")
-    mwgp, const = summary.loc["mwgp"], summary.loc["rec_a"]
-    assert mwgp["rmse_q100_mean"] < const["rmse_q100_mean"]
-    assert const["sharpness_mean"] == pytest.approx(1.0)
-    # predictions of A and B are identical, so their metrics (not their timings) are too
-    metrics = [c for c in summary.columns if c.endswith(("_mean", "_std")) and not c.startswith(("fit_s", "test_s"))]
-    pd.testing.assert_series_equal(summary.loc["rec_a", metrics], summary.loc["rec_b", metrics], check_names=False,
-                                   atol=1e-12)
-
-
-def test_compare_rejects_bad_arguments(synthetic_data):
-    with pytest.raises(ValueError, match="unknown algorithm"):
-        compare(synthetic_data, algos=["mwgp", "nope"])
-    with pytest.raises(ValueError, match="n_folds"):
-        compare(synthetic_data, algos=["svd"], n_folds=1)
-
-
-def test_write_load_and_replot(synthetic_data, tmp_path):
-    result = compare(synthetic_data, algos=["mwgp", "svd"], n_folds=2, mwgp_params=TINY_MWGP)
-    paths = write_results(result, tmp_path, title="tiny")
-    for p in paths.values():
-        assert Path(p).exists() and Path(p).stat().st_size > 0
-    text = (tmp_path / "table.md").read_text()
-    assert "MW-GP (ours)" in text and "homoscedastic" in text and "RMSE q=90%" in text
-    curves, summary, calib, meta = load_results(tmp_path)
-    assert set(curves["algo"]) == {"mwgp", "svd"} and meta["settings"]["n_folds"] == 2
-    (tmp_path / "qp_rmse.png").unlink()
-    plot_results(tmp_path)
-    assert (tmp_path / "qp_rmse.png").exists()
-    with pytest.raises(FileNotFoundError, match="does not hold comparison results"):
-        load_results(tmp_path / "empty")
-
-
-def test_myfm_baseline_if_installed(synthetic_data):
-    pytest.importorskip("myfm", reason="myFM is optional (pip install -e '.[myfm]')")
-    from surprise.model_selection import KFold
-
-    from tests.conftest import constant_rmse
-
-    result = compare(synthetic_data, algos=["myfm"], n_folds=2)
-    row = result.summary().iloc[0]
-    assert row["uncertainty"] == "predictive" and 0.1 < row["sharpness_mean"] < 2.0
-    constant = constant_rmse(synthetic_data, KFold(2, random_state=0, shuffle=True))  # compare's folds
-    assert row["rmse_q100_mean"] < 0.95 * constant.mean() and 0.8 < row["coverage_90_mean"] < 0.97
 
 
 @pytest.fixture(scope="module")
@@ -150,46 +71,6 @@ def test_examples_run_in_smoke_mode(script, tmp_path, monkeypatch):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "data: SYNTHETIC ratings" in proc.stdout  # the examples say when they run on synthetic data
 
-
-def test_reuse_takes_earlier_per_fold_results_on_the_same_folds(synthetic_data, tmp_path):
-    """--reuse: an algorithm's per-fold rows, curves and calibration come back unchanged from an
-    earlier run; a run on other folds (another seed) is refused."""
-    from mogp_surprise.compare import reuse_results
-
-    extra = {"rec_a": AlgoSpec("A", "predictive", lambda seed, p: _Recorder())}
-    first = compare(synthetic_data, algos=["rec_a", "mwgp_paper"], n_folds=2, mwgp_params=TINY_MWGP,
-                    extra_algos=extra)
-    write_results(first, tmp_path / "first")
-    second = compare(synthetic_data, algos=["mwgp"], n_folds=2, mwgp_params=TINY_MWGP)
-    merged = reuse_results(second, tmp_path / "first", ["rec_a", "mwgp_paper"])
-    assert list(merged.summary()["algo"]) == ["mwgp", "rec_a", "mwgp_paper"]
-    old = first.folds.set_index(["algo", "fold"])
-    new = merged.folds.set_index(["algo", "fold"])
-    for algo in ("rec_a", "mwgp_paper"):
-        np.testing.assert_allclose(new.loc[algo, "rmse_q100"].to_numpy(), old.loc[algo, "rmse_q100"].to_numpy())
-        assert len(merged.curves[algo]) == 2
-        np.testing.assert_allclose(merged.curves[algo][1]["rmse"].to_numpy(), first.curves[algo][1]["rmse"].to_numpy())
-    # the paper's model is not the default model: the two differ on the same folds
-    assert new.loc["mwgp", "rmse_q100"].to_numpy().tolist() != old.loc["mwgp_paper", "rmse_q100"].to_numpy().tolist()
-    paths = write_results(merged, tmp_path / "merged")
-    assert paths["qp_rmse_png"].exists()
-    other_seed = compare(synthetic_data, algos=["rec_a"], n_folds=2, random_state=1, extra_algos=extra)
-    with pytest.raises(ValueError, match="random_state"):
-        reuse_results(other_seed, tmp_path / "first", ["mwgp_paper"])
-    with pytest.raises(ValueError, match="holds"):
-        reuse_results(second, tmp_path / "first", ["svdpp"])
-
-
-def test_reuse_refuses_results_of_another_data_set(synthetic_data, tmp_path):
-    from mogp_surprise.compare import reuse_results
-    from mogp_surprise.datasets import to_surprise_dataset
-
-    extra = {"rec_a": AlgoSpec("A", "predictive", lambda seed, p: _Recorder())}
-    write_results(compare(synthetic_data, algos=["rec_a"], n_folds=2, extra_algos=extra), tmp_path / "first")
-    smaller = make_synthetic_ratings(n_users=60, n_items=40, n_ratings=800, random_state=1)
-    other = to_surprise_dataset(smaller[["user", "item", "rating"]], rating_scale=(1, 5))
-    with pytest.raises(ValueError, match="test ratings"):
-        reuse_results(compare(other, algos=["rec_a"], n_folds=2, extra_algos=extra), tmp_path / "first", ["rec_a"])
 
 
 def test_demo_without_data_says_once_where_it_looked(tmp_path, capsys, monkeypatch):
@@ -340,7 +221,7 @@ def test_cli_compare_with_the_bayesian_gplvm(tiny_ml100k, tmp_path, capsys):
 
 def test_a_missing_optional_dependency_stops_compare_before_any_fit(synthetic_data, monkeypatch, capsys,
                                                                      tiny_ml100k, tmp_path):
-    import mogp_surprise.adapters.bgplvm_algo as bgplvm_algo
+    import mogp_surprise.comparison.bgplvm as bgplvm_algo
 
     _Recorder.seen = []
     monkeypatch.setattr(bgplvm_algo, "gpytorch_available", lambda: False)

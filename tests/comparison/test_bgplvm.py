@@ -13,8 +13,8 @@ from mogp_surprise.datasets import to_surprise_dataset
 gpytorch = pytest.importorskip("gpytorch", reason="the Bayesian GPLVM needs GPyTorch (pip install -e '.[bgplvm]')")
 import torch  # noqa: E402
 
-from mogp_surprise.adapters import bgplvm_algo  # noqa: E402
-from mogp_surprise.adapters.bgplvm_algo import BayesianGPLVMBaseline, fit_biases  # noqa: E402
+from mogp_surprise.comparison import bgplvm as bgplvm_algo  # noqa: E402
+from mogp_surprise.comparison.bgplvm import BayesianGPLVMBaseline, fit_biases  # noqa: E402
 
 TINY = {"n_epochs": 3, "n_inducing": 8, "batch_size": 64, "n_samples": 4}
 
@@ -186,7 +186,7 @@ def test_missing_gpytorch_names_the_install_command(monkeypatch, low_rank):
 
 
 def test_unfitted_predict_dist_says_so():
-    from surprise import PredictionImpossible
+    from mogp_surprise.core.errors import NotFittedError
 
-    with pytest.raises(PredictionImpossible, match="not fitted"):
+    with pytest.raises(NotFittedError, match="not fitted"):
         BayesianGPLVMBaseline().predict_dist([("u", "i")])

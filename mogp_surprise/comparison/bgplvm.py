@@ -40,9 +40,9 @@ import torch
 from surprise import AlgoBase, Trainset
 from tqdm.auto import tqdm
 
+from ..adapters._common import trainset_arrays
+from ..adapters.predictive import PredictiveAlgo
 from ..core.initialization import randomized_svd
-from ._common import trainset_arrays
-from ._moments_algo import MomentsAlgo
 
 INSTALL_HINT = ("the Bayesian GPLVM needs the optional package GPyTorch: from a checkout of mogp_surprise run "
                 "`pip install -e '.[bgplvm]'` (or `pip install gpytorch`)")
@@ -114,7 +114,7 @@ def _build(x_init: torch.Tensor, n_items: int, n_inducing: int, generator: torch
     return model, likelihood
 
 
-class BayesianGPLVMBaseline(MomentsAlgo):
+class BayesianGPLVMBaseline(PredictiveAlgo):
     """Bayesian GPLVM on (user, item) ratings: users are data points, items the GP's outputs.
 
     Parameters
@@ -265,8 +265,9 @@ class BayesianGPLVMBaseline(MomentsAlgo):
         var = self.kernel_(x, diag=True) + self.jitter_ - (a * a).sum(-1) + torch.einsum("pm,pmn,pn->p", a, self.q_covar_[items], a)
         return mean, var.clamp_min(0.0)
 
-    def _moments(self, users: np.ndarray, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _moments(self, index: np.ndarray, include_noise: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Predictive mean and variance for inner ids (-1: unknown), the latent draws as a mixture."""
+        users, items = index[:, 0], index[:, 1]
         n_users, n_items = len(self.latent_mean_) - 1, len(self.item_const_) - 1
         uu = torch.as_tensor(np.where(users >= 0, users, n_users))
         ii = torch.as_tensor(np.where(items >= 0, items, n_items))
@@ -282,4 +283,4 @@ class BayesianGPLVMBaseline(MomentsAlgo):
                                              + means.var(0, unbiased=False))
         bias = (self.global_mean_ + np.where(users >= 0, self.user_bias_[np.maximum(users, 0)], 0.0)
                 + np.where(items >= 0, self.item_bias_[np.maximum(items, 0)], 0.0))
-        return mean.double().numpy() + bias, var.double().numpy() + self.noise_var_
+        return mean.double().numpy() + bias, var.double().numpy() + (self.noise_var_ if include_noise else 0.0)

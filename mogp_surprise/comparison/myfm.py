@@ -15,8 +15,8 @@ import numpy as np
 import scipy.sparse as sp
 from surprise import AlgoBase, Trainset
 
-from ._common import trainset_arrays
-from ._moments_algo import MomentsAlgo
+from ..adapters._common import trainset_arrays
+from ..adapters.predictive import PredictiveAlgo
 
 
 INSTALL_HINT = ("MyFMBaseline needs the optional package myFM: from a checkout of mogp_surprise run "
@@ -33,7 +33,7 @@ def myfm_available() -> bool:
     return True
 
 
-class MyFMBaseline(MomentsAlgo):
+class MyFMBaseline(PredictiveAlgo):
     """Bayesian FM (myFM ``MyFMRegressor``, Gibbs sampling) on one-hot (user, item) ids.
 
     Parameters
@@ -95,7 +95,7 @@ class MyFMBaseline(MomentsAlgo):
         data = np.ones(int(keep.sum()))
         return sp.csr_matrix((data, (rows[keep], cols[keep])), shape=(len(users), n_u + n_i))
 
-    def _moments(self, users: np.ndarray, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        X = self._design(users, items)
+    def _moments(self, index: np.ndarray, include_noise: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        X = self._design(index[:, 0], index[:, 1])
         samples = np.stack([fm.predict_score(X, []) for fm in self.model_.predictor_.samples])
-        return samples.mean(0), samples.var(0) + self.noise_var_
+        return samples.mean(0), samples.var(0) + (self.noise_var_ if include_noise else 0.0)

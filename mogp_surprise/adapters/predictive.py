@@ -1,0 +1,145 @@
+"""The Surprise surface of every algorithm with a predictive distribution: MWGP and the comparison's baselines.
+
+One contract for all of them. A subclass implements ``_moments(index, include_noise)``: the
+predictive mean and variance at inner (user, item) indices, -1 where an id was not in the
+training data, and names the attribute that ``fit`` sets last (``_fitted_attr``). This class turns
+that into Surprise's ``estimate``, ``predict`` and a batched ``test`` (estimates clipped to the
+rating scale, as Surprise does) and into ``predict_dist`` (mean **not** clipped, variance >= 0,
+floats for a single pair, arrays of shape (n,) otherwise). Every prediction's ``details`` holds
+``var`` and ``std`` (of the unclipped distribution), ``was_impossible`` (False: an unseen id gets
+the model's own answer for it) and ``unknown_user`` / ``unknown_item``.
+
+Raw ids become inner indices through :class:`~._common.IdEncoder`, the one id path of both
+adapters: ids are matched by value and type, and an unseen id that is a known id spelt with the
+other type (``196`` vs ``"196"``) raises a one-time warning.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+from surprise import AlgoBase, Prediction
+from tqdm.auto import tqdm
+
+from ..core.errors import NotFittedError
+from ._common import IdEncoder, encode_ids, inner_or_unknown
+
+
+class PredictiveAlgo(AlgoBase):
+    _fitted_attr = ""
+
+    def _moments(self, index: np.ndarray, include_noise: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def _check_fitted(self) -> Any:
+        fitted = getattr(self, self._fitted_attr, None)
+        if fitted is None:
+            raise NotFittedError(f"This {type(self).__name__} instance is not fitted yet; call `fit` first.")
+        return fitted
+
+    # -- ids -------------------------------------------------------------------------------------
+    def _encoders(self) -> tuple[IdEncoder, IdEncoder]:
+        """User and item encoders of the current trainset (built once per trainset, not pickled)."""
+        ts = self.trainset
+        cached = self.__dict__.get("_id_encoders")
+        if cached is None or cached[0] is not ts:
+            cached = (ts, (IdEncoder("user", [ts.to_raw_uid(u) for u in range(ts.n_users)]),
+                           IdEncoder("item", [ts.to_raw_iid(i) for i in range(ts.n_items)])))
+            self._id_encoders = cached
+        return cached[1]
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_id_encoders", None)
+        return state
+
+    def _inner_ids(self, name: str, raw: Sequence[Any]) -> np.ndarray:
+        fitted = self._check_fitted()
+        users, items = self._encoders()
+        owner = fitted if type(fitted).__weakrefoffset__ else self.trainset  # warnings: once per fitted model
+        return encode_ids(owner, users if name == "user" else items, raw)
+
+    def _inner_index(self, users: Sequence[Any], items: Sequence[Any]) -> np.ndarray:
+        """(n, 2) inner indices of raw ids, -1 for ids not in the training data."""
+        return np.stack([self._inner_ids("user", users), self._inner_ids("item", items)], axis=1).reshape(-1, 2)
+
+    # -- Surprise's contract ---------------------------------------------------------------------
+    def estimate(self, u: Any, i: Any) -> tuple[float, dict[str, Any]]:
+        """Predict from inner ids; Surprise passes ``'UKN__<raw id>'`` strings for unknown ones."""
+        self._check_fitted()
+        index = np.array([[inner_or_unknown(u), inner_or_unknown(i)]], dtype=np.int64)
+        mean, var = self._moments(index)
+        return float(mean[0]), _details(float(var[0]), index[0])
+
+    def predict(self, uid: Any, iid: Any, r_ui: float | None = None, clip: bool = True,
+                verbose: bool = False) -> Prediction:
+        """Surprise's ``AlgoBase.predict`` for raw ids: exactly the prediction :meth:`test` gives the pair.
+
+        ``details`` holds ``var`` and ``std`` (of the unclipped predictive distribution),
+        ``was_impossible`` (False) and ``unknown_user`` / ``unknown_item``. ``verbose=True`` prints
+        the prediction, as Surprise does. Raises ``NotFittedError`` before ``fit``.
+        """
+        return self._predictions([(uid, iid, r_ui)], clip, verbose)[0]
+
+    def test(self, testset: Sequence[tuple[Any, Any, float]], verbose: bool = False) -> list[Prediction]:
+        """Predictions for a whole testset in one pass; same output as ``AlgoBase.test``.
+
+        Estimates are clipped to the rating scale as Surprise does; ``details`` as in :meth:`predict`.
+        """
+        return self._predictions(list(testset), True, verbose)
+
+    def _predictions(self, testset: list, clip: bool, verbose: bool) -> list[Prediction]:
+        index = self._inner_index([t[0] for t in testset], [t[1] for t in testset])
+        mean, var = self._moments(index)
+        est = np.clip(mean, *self.trainset.rating_scale) if clip else mean
+        preds = [Prediction(uid, iid, r_ui, float(e), _details(float(v), k))
+                 for (uid, iid, r_ui), e, v, k in zip(testset, est, var, index)]
+        if verbose:  # Surprise's AlgoBase prints every prediction; tqdm.write keeps progress bars intact
+            for pred in preds:
+                tqdm.write(str(pred))
+        return preds
+
+    def predict_dist(self, uid: Any, iid: Any = None, include_noise: bool = True):
+        """Predictive mean and variance of the rating for raw ids (mean not clipped).
+
+        Parameters
+        ----------
+        uid : raw user id, sequence of raw user ids, or a testset (list of (uid, iid[, r]) tuples)
+        iid : raw item id or sequence of raw item ids; omitted when ``uid`` is a testset
+        include_noise : bool, default=True
+            Variance of the observed rating (True) or of the latent preference f (False).
+
+        Returns
+        -------
+        (mean, var) : floats for scalar ids, else ndarrays of shape (n,)
+        """
+        if iid is None:
+            pairs = list(uid)
+            if pairs and not all(isinstance(p, (tuple, list)) and len(p) >= 2 for p in pairs):
+                raise ValueError("`predict_dist(testset)` expects a sequence of (uid, iid[, r]) tuples; "
+                                 "pass `iid` for single ids")
+            return self._moments(self._inner_index([p[0] for p in pairs], [p[1] for p in pairs]), include_noise)
+        scalar = _is_scalar_id(uid) and _is_scalar_id(iid)
+        users = [uid] if _is_scalar_id(uid) else list(uid)
+        items = [iid] if _is_scalar_id(iid) else list(iid)
+        if scalar != (_is_scalar_id(uid) or _is_scalar_id(iid)):
+            raise ValueError(f"`uid` and `iid` must both be raw ids or both be sequences; got {_describe(uid)} and "
+                             f"{_describe(iid)}")
+        if len(users) != len(items):
+            raise ValueError(f"`uid` and `iid` must have the same length, got {len(users)} and {len(items)}")
+        mean, var = self._moments(self._inner_index(users, items), include_noise)
+        return (float(mean[0]), float(var[0])) if scalar else (mean, var)
+
+
+def _details(var: float, index: np.ndarray) -> dict[str, Any]:
+    return {"var": var, "std": float(np.sqrt(var)), "was_impossible": False,
+            "unknown_user": bool(index[0] < 0), "unknown_item": bool(index[1] < 0)}
+
+
+def _is_scalar_id(ids: Any) -> bool:
+    # raw ids are scalars (str, int, ...); a tuple is left alone as a possible raw id
+    return isinstance(ids, (str, bytes, tuple)) or np.ndim(ids) == 0
+
+
+def _describe(ids: Any) -> str:
+    return f"the raw id {ids!r}" if _is_scalar_id(ids) else f"a sequence of length {len(ids)}"

@@ -1,0 +1,254 @@
+"""The paper's experiment as a library function: several algorithms on identical CV folds.
+
+``compare`` fits every algorithm on the same seeded Surprise ``KFold`` splits and collects, per
+fold, the QP curve (RMSE/MAE on the q most confident predictions), calibration metrics and
+timings, from each algorithm's predictive mean and variance as arrays (``predict_dist``); the
+report (:mod:`.report`) writes the table and draws the plots from the result. Point-estimate
+baselines are wrapped in :class:`~.homoscedastic.HomoscedasticBaseline` so that NLL, CRPS and
+coverage can be compared; their rows say so.
+"""
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from ..evaluation import arrays_from_predictions, qp_curve, uncertainty_report
+from ..evaluation._validation import check_triplet
+from ..evaluation.metrics import calibration_curve
+
+logger = logging.getLogger(__name__)
+
+QP_QUANTILES = 20
+SUMMARY_AT = (1.0, 0.9, 0.8)
+
+
+@dataclass(frozen=True)
+class AlgoSpec:
+    label: str
+    uncertainty: str  # "predictive" or "homoscedastic"
+    make: Callable[[int, dict[str, Any]], Any]
+    missing: Callable[[], str] | None = None  # an optional dependency's install hint when it is absent, else ""
+
+
+def _mwgp(paper_model: bool) -> Callable[[int, dict[str, Any]], Any]:
+    """MWGP with the comparison's ``mwgp_params``, and ``PAPER_MODEL`` on top for the paper's model."""
+    def make(seed: int, params: dict[str, Any]):
+        from ..adapters.surprise_algo import MWGP
+        from ..core.config import PAPER_MODEL
+        return MWGP(**{"random_state": seed, **params, **(PAPER_MODEL if paper_model else {})})
+    return make
+
+
+def _homoscedastic(factory: Callable[[int], Any]) -> Callable[[int, dict[str, Any]], Any]:
+    def make(seed: int, params: dict[str, Any]):
+        from .homoscedastic import HomoscedasticBaseline
+        return HomoscedasticBaseline(factory(seed), random_state=seed)
+    return make
+
+
+def _svd(n_factors: int | None) -> Callable[[int], Any]:
+    def make(seed: int):
+        from surprise import SVD
+        return SVD(random_state=seed) if n_factors is None else SVD(n_factors=n_factors, random_state=seed)
+    return make
+
+
+def _svdpp(seed: int):
+    from surprise import SVDpp
+    return SVDpp(random_state=seed, cache_ratings=True)
+
+
+def _optional(module: str, available: str) -> Callable[[], str]:
+    """The install hint of an optional baseline (``comparison.<module>``) when its package is absent, else ""."""
+    def missing() -> str:
+        adapter = importlib.import_module(f".{module}", __package__)
+        return "" if getattr(adapter, available)() else adapter.INSTALL_HINT
+    return missing
+
+
+def _myfm(seed: int, params: dict[str, Any]):
+    from .myfm import MyFMBaseline
+    return MyFMBaseline(random_state=seed)
+
+
+def _bgplvm(seed: int, params: dict[str, Any]):
+    """The Bayesian GPLVM with MW-GP's latent dimension, as in the paper's comparison."""
+    from ..core.config import MWGPConfig
+    from .bgplvm import BayesianGPLVMBaseline
+    return BayesianGPLVMBaseline(latent_dim=params.get("latent_dim", MWGPConfig.latent_dim), random_state=seed)
+
+
+ALGORITHMS: dict[str, AlgoSpec] = {
+    "mwgp": AlgoSpec("MW-GP (ours)", "predictive", _mwgp(paper_model=False)),
+    "mwgp_paper": AlgoSpec("MW-GP, the paper's model", "predictive", _mwgp(paper_model=True)),
+    "svd": AlgoSpec("BiasedMF (Surprise SVD)", "homoscedastic", _homoscedastic(_svd(None))),
+    "svd8": AlgoSpec("BiasedMF r=8 (SVD n_factors=8)", "homoscedastic", _homoscedastic(_svd(8))),
+    "svdpp": AlgoSpec("SVD++ (Surprise SVDpp)", "homoscedastic", _homoscedastic(_svdpp)),
+    "myfm": AlgoSpec("Bayesian FM (myFM, rank 8)", "predictive", _myfm, _optional("myfm", "myfm_available")),
+    "bgplvm": AlgoSpec("Bayesian GPLVM (GPyTorch)", "predictive", _bgplvm,
+                       _optional("bgplvm", "gpytorch_available")),
+}
+
+
+@dataclass
+class CompareResult:
+    """Per-fold metrics, per-fold QP curves and the settings of one comparison."""
+
+    folds: pd.DataFrame  # one row per (algorithm, fold)
+    curves: dict[str, list[pd.DataFrame]]  # algorithm key -> QP curve per fold
+    calibration: dict[str, pd.DataFrame]  # algorithm key -> calibration curve pooled over folds
+    settings: dict[str, Any]
+    title: str = ""
+
+    def summary(self) -> pd.DataFrame:
+        """Mean and std over folds for every metric, one row per algorithm."""
+        metrics = [c for c in self.folds.columns if c not in ("algo", "label", "uncertainty", "fold")]
+        grouped = self.folds.groupby("algo", sort=False)
+        out = grouped[["label", "uncertainty"]].first()
+        for col in metrics:
+            out[f"{col}_mean"] = grouped[col].mean()
+            out[f"{col}_std"] = grouped[col].std(ddof=0)
+        return out.reset_index()
+
+    def markdown(self) -> str:
+        from .report import summary_markdown
+
+        return summary_markdown(self.summary(), self.settings)
+
+
+def predictive_arrays(algo: Any, testset: list, rating_scale: tuple[float, float]) -> tuple[np.ndarray, ...]:
+    """(y, mean clipped to the rating scale, std) of a fitted algorithm on a testset, validated once.
+
+    Through ``predict_dist(testset)`` (every algorithm of this package); another Surprise
+    algorithm's ``test`` predictions work too when they carry ``details["std"]`` or ``["var"]``.
+    The mean is clipped as Surprise's ``test`` clips its estimates, so that the accuracy columns
+    are those Surprise reports.
+    """
+    if not hasattr(algo, "predict_dist"):
+        y, mean, std = arrays_from_predictions(algo.test(testset))
+        return y, np.clip(mean, *rating_scale), std
+    mean, var = algo.predict_dist(testset)
+    y = np.array([t[2] for t in testset], dtype=np.float64)
+    return check_triplet(y, np.clip(mean, *rating_scale), np.sqrt(var), y_name="y_true")
+
+
+def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: int = 5, random_state: int = 0,
+            mwgp_params: dict[str, Any] | None = None, progress: bool = False,
+            extra_algos: dict[str, AlgoSpec] | None = None) -> CompareResult:
+    """Run ``algos`` on identical seeded ``KFold`` splits of a Surprise ``dataset``.
+
+    Parameters
+    ----------
+    dataset : surprise.Dataset
+    algos : sequence of str
+        Keys of :data:`ALGORITHMS` (``mwgp``, ``mwgp_paper``, ``svd``, ``svd8``, ``svdpp``, ``myfm``, ``bgplvm``) or of ``extra_algos``.
+    n_folds : int, default=5
+    random_state : int, default=0
+        Seeds the folds and every algorithm.
+    mwgp_params : dict, optional
+        Hyper-parameters passed to :class:`~mogp_surprise.MWGP`.
+    progress : bool, default=False
+        Show a tqdm bar over (fold, algorithm) fits.
+    extra_algos : dict of str -> AlgoSpec, optional
+        Further algorithms; any Surprise algorithm whose predictions carry ``details["std"]``
+        or ``details["var"]``, or that has ``predict_dist(testset)`` (wrap point estimators in
+        ``HomoscedasticBaseline``).
+    """
+    from surprise.model_selection import KFold
+
+    registry = {**ALGORITHMS, **(extra_algos or {})}
+    unknown = [a for a in algos if a not in registry]
+    if unknown:
+        raise ValueError(f"unknown algorithm(s) {unknown}; choose from {sorted(registry)}")
+    absent = [hint for hint in (registry[a].missing() for a in algos if registry[a].missing) if hint]
+    if absent:  # say so before any fit, not after hours of the others
+        raise ImportError("; ".join(absent))
+    if not isinstance(n_folds, (int, np.integer)) or n_folds < 2:
+        raise ValueError(f"`n_folds` must be an int >= 2, got {n_folds!r}")
+    params = dict(mwgp_params or {})
+    rows: list[dict[str, Any]] = []
+    curves: dict[str, list[pd.DataFrame]] = {a: [] for a in algos}
+    pooled: dict[str, list[np.ndarray]] = {a: [] for a in algos}
+    splits = KFold(n_splits=n_folds, random_state=random_state, shuffle=True).split(dataset)
+    bar = tqdm(total=n_folds * len(algos), desc="compare", unit="fit", disable=not progress)
+    for fold, (trainset, testset) in enumerate(splits):
+        for key in algos:
+            spec = registry[key]
+            bar.set_postfix_str(f"fold {fold + 1}/{n_folds}: {key}")
+            algo = spec.make(random_state, params)
+            start = time.perf_counter()
+            algo.fit(trainset)
+            fit_s = time.perf_counter() - start
+            start = time.perf_counter()
+            y, mean, std = predictive_arrays(algo, testset, trainset.rating_scale)
+            test_s = time.perf_counter() - start
+            curve = qp_curve(y, mean, std, quantiles=QP_QUANTILES, metrics=("rmse", "mae"))
+            curves[key].append(curve)
+            pooled[key].append(np.stack([y, mean, std]))
+            at = curve.set_index(curve["quantile"].round(6))
+            row = {"algo": key, "label": spec.label, "uncertainty": spec.uncertainty, "fold": fold}
+            for q in SUMMARY_AT:
+                tag = f"q{round(q * 100)}"
+                row[f"rmse_{tag}"] = float(at.loc[round(q, 6), "rmse"])
+                row[f"mae_{tag}"] = float(at.loc[round(q, 6), "mae"])
+            report = uncertainty_report(y, mean, std)
+            row.update({k: float(report[k]) for k in ("nll", "crps", "coverage_50", "coverage_80", "coverage_90",
+                                                         "coverage_95", "sharpness")})
+            row.update(fit_s=fit_s, test_s=test_s, n_test=len(y))
+            rows.append(row)
+            logger.info("fold %d %s: rmse %.4f (fit %.1f s)", fold + 1, key, row["rmse_q100"], fit_s)
+            bar.update(1)
+    bar.close()
+    calibration = {}
+    for key, parts in pooled.items():
+        y, mean, std = np.concatenate(parts, axis=1)
+        calibration[key] = calibration_curve(y, mean, std)
+    settings = {"n_folds": n_folds, "random_state": random_state, "algos": list(algos), "mwgp_params": params,
+                "qp_quantiles": QP_QUANTILES}
+    return CompareResult(pd.DataFrame(rows), curves, calibration, settings)
+
+
+def reuse_results(result: CompareResult, previous: CompareResult | str | Path, algos: Sequence[str]) -> CompareResult:
+    """Add the per-fold results of ``algos`` from an earlier comparison (or its :func:`.report.write_results`
+    folder) to ``result``.
+
+    For adding or re-running one algorithm without re-fitting slow baselines (SVD++ takes minutes
+    per ML-1M fold). The earlier run must have used the same folds: the same number of folds and
+    seed, and the same number of test ratings in every fold (all checked; a different data set
+    almost always differs there).
+    """
+    if not isinstance(previous, CompareResult):
+        from .report import load_results
+
+        where, previous = previous, load_results(previous)
+    else:
+        where = "the earlier result"
+    old = previous.settings
+    for key in ("n_folds", "random_state"):
+        if old.get(key) != result.settings[key]:
+            raise ValueError(f"cannot reuse {where}: it was run with {key}={old.get(key)!r}, "
+                             f"this comparison with {key}={result.settings[key]!r} (the folds would differ)")
+    sizes_now = result.folds.groupby("fold")["n_test"].first().to_dict()
+    sizes_then = previous.folds.groupby("fold")["n_test"].first().to_dict()
+    if sizes_now != sizes_then:
+        raise ValueError(f"cannot reuse {where}: its folds hold {sizes_then} test ratings, this "
+                         f"comparison's {sizes_now} (another data set or split)")
+    missing = [a for a in algos if a not in previous.curves]
+    if missing:
+        raise ValueError(f"cannot reuse {missing} from {where}: it holds {sorted(previous.curves)}")
+    clash = [a for a in algos if a in result.curves]
+    if clash:
+        raise ValueError(f"{clash} were both run now and requested from {where}")
+    settings = {**result.settings, "algos": [*result.settings["algos"], *algos],
+                "reused": {"from": str(where), "algos": list(algos)}}
+    merged = pd.concat([result.folds, previous.folds[previous.folds["algo"].isin(algos)]], ignore_index=True)
+    return CompareResult(merged, {**result.curves, **{a: previous.curves[a] for a in algos}},
+                         {**result.calibration, **{a: previous.calibration[a] for a in algos}}, settings, result.title)

@@ -1,0 +1,103 @@
+"""What both adapters share: hyper-parameters, the one id path (IdEncoder, encode_ids), fold-in ratings, trainsets."""
+from __future__ import annotations
+
+import inspect
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mogp_surprise.adapters._common import (HyperParamsMixin, IdEncoder, check_fold_ratings, check_id_column,
+                                            encode_ids, id_twin, inner_or_unknown, trainset_arrays)
+from mogp_surprise.core.config import MWGPConfig
+from mogp_surprise.datasets import to_surprise_dataset
+
+
+def test_hyper_parameters_are_the_config_fields_stored_unchanged():
+    signature = inspect.signature(HyperParamsMixin.__init__)
+    assert [p for p in signature.parameters if p != "self"] == list(MWGPConfig.names())
+    assert all(p.default == MWGPConfig.defaults()[name] for name, p in signature.parameters.items() if name != "self")
+    obj = HyperParamsMixin(n_inducing=-3)  # stored unchanged; validated when a config is built (in fit)
+    assert obj.n_inducing == -3 and obj.latent_dim == MWGPConfig.defaults()["latent_dim"]
+    with pytest.raises(ValueError, match="n_inducing"):
+        obj._config()
+    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) \['n_inducng'\]"):
+        HyperParamsMixin(n_inducng=3)
+
+
+def test_id_encoder_matches_by_value_and_type_in_order_of_appearance():
+    encoder, codes = IdEncoder.fit("user", np.array([196, "196", "a", 196, ("t", 1)], dtype=object))
+    assert codes.tolist() == [0, 1, 2, 0, 3] and encoder.n_levels == 4
+    assert encoder.transform(np.array(["a", 196, "b", "196", 197], dtype=object)).tolist() == [2, 0, -1, 1, -1]
+    assert 196 in encoder and "196" in encoder and "197" not in encoder
+    # a saved list of classes gives the same encoder
+    again = IdEncoder("user", encoder.classes_.tolist())
+    assert again.transform(np.array(["196", "a"], dtype=object)).tolist() == [1, 2]
+    ints, _ = IdEncoder.fit("item", np.array([5, 3, 5]))
+    assert ints.transform(np.array([3, 4])).tolist() == [1, -1]
+
+
+@pytest.mark.parametrize("value, twin", [("196", 196), (196, "196"), (" 7 ", 7), ("-4", -4), (np.int64(3), "3"),
+                                         (3.0, "3"), (3.5, None), ("abc", None), (True, None), (None, None)])
+def test_id_twin_is_the_same_id_spelt_with_the_other_type(value, twin):
+    assert id_twin(value) == twin and type(id_twin(value)) is type(twin)
+
+
+def test_check_id_column_names_missing_ids_and_warns_on_mixed_spellings():
+    with pytest.raises(ValueError, match=r"id column 'user' must not contain NaN/inf; found 1 \(first at row 2\)"):
+        check_id_column("user", np.array([1.0, 2.0, np.nan]))
+    with pytest.raises(ValueError, match=r"'item' must not contain None/NaN; found 1 \(first at row 1: None\)"):
+        check_id_column("item", np.array(["a", None], dtype=object))
+    with pytest.warns(UserWarning, match="holds both 196 and '196'"):
+        check_id_column("user", np.array([196, "196", "x"], dtype=object))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_id_column("user", np.array([196, "197", "x"], dtype=object))  # mixed types, no twin: fine
+
+
+def test_encode_ids_warns_once_per_owner_and_factor():
+    class Owner:
+        pass
+
+    encoder, _ = IdEncoder.fit("user", np.array(["196", "7"], dtype=object))
+    owner = Owner()
+    with pytest.warns(UserWarning, match=r"user id 196 \(int\) is not in the training data, but '196' \(str\) is"):
+        assert encode_ids(owner, encoder, np.array([196, "7"], dtype=object)).tolist() == [-1, 1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert encode_ids(owner, encoder, np.array([196], dtype=object)).tolist() == [-1]  # once per owner
+        assert encode_ids(Owner(), encoder, np.array(["nobody"], dtype=object)).tolist() == [-1]  # no twin
+    with pytest.warns(UserWarning, match="user id 7"):
+        encode_ids(Owner(), encoder, np.array([7], dtype=object))  # another fitted model warns again
+
+
+def test_check_fold_ratings_accepts_dicts_and_pairs_and_names_every_problem():
+    def encode(raw):
+        return np.array([{"a": 0, "b": 1, "c": 2}.get(x, -1) for x in raw], dtype=np.int64)
+
+    items, values = check_fold_ratings({"b": 4, "a": 2.5}, encode, (1, 5))
+    assert items.tolist() == [1, 0] and values.tolist() == [4.0, 2.5]
+    items, values = check_fold_ratings([("c", 1)], encode, None)
+    assert items.tolist() == [2] and values.dtype == np.float64
+    empty = check_fold_ratings({}, encode, (1, 5))
+    assert empty[0].shape == empty[1].shape == (0,)
+    for bad, match in [("ab", "must be a dict"), ([("a", 1, 2)], "entry 0 is"), ({"a": "4"}, "must be a number"),
+                       ({"a": True}, "must be a number"), ({"a": np.nan}, "must be finite"),
+                       ({"a": 6}, r"must lie in the rating scale \[1, 5\]; got 1 outside it: \[\('a', 6.0\)\]"),
+                       ({"z": 3}, r"not in the training data: \['z'\]"),
+                       ([("a", 3), ("a", 4)], r"rates item\(s\) \['a'\] more than once")]:
+        with pytest.raises(ValueError, match=match):
+            check_fold_ratings(bad, encode, (1, 5))
+
+
+def test_inner_or_unknown_reads_surprises_unknown_marker():
+    assert inner_or_unknown("UKN__42") == -1 and inner_or_unknown(7) == 7 and inner_or_unknown("3") == 3
+
+
+def test_trainset_arrays_hold_every_rating_with_inner_ids():
+    df = pd.DataFrame({"user": ["a", "a", "b", "c"], "item": ["x", "y", "x", "z"], "rating": [1.0, 2.0, 3.5, 4.0]})
+    trainset = to_surprise_dataset(df, rating_scale=(1, 5)).build_full_trainset()
+    index, ratings = trainset_arrays(trainset)
+    assert index.dtype == np.int64 and index.shape == (4, 2)
+    assert sorted(zip(index[:, 0], index[:, 1], ratings)) == sorted(trainset.all_ratings())
