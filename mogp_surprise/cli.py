@@ -163,14 +163,15 @@ def _load_model(path: str):
     return MWGP.load(path)
 
 
-def _resolve(mapping, raw: str):
-    """A raw id from the command line as the model knows it: the string, else the same id as an int."""
+def _resolve(known, raw: str):
+    """A raw id from the command line as the model knows it (``known``: its IdEncoder): the string, else the
+    same id as an int."""
     from .adapters._common import id_twin
 
-    if raw in mapping:
+    if raw in known:
         return raw
     twin = id_twin(raw)
-    return twin if twin is not None and twin in mapping else raw
+    return twin if twin is not None and twin in known else raw
 
 
 def _parse_rates(algo, rates: list[str]) -> dict:
@@ -180,7 +181,7 @@ def _parse_rates(algo, rates: list[str]) -> dict:
         if not sep or not item:
             raise ValueError(f"--rate takes ITEM=RATING, got {entry!r}")
         try:
-            out[_resolve(algo.trainset._raw2inner_id_items, item)] = float(value)
+            out[_resolve(algo._encoders()[1], item)] = float(value)
         except ValueError:
             raise ValueError(f"--rate {entry!r}: the rating {value!r} is not a number") from None
     if len(out) != len(rates):
@@ -195,8 +196,9 @@ def _title(algo, item) -> str:
 
 def _recommend(args: argparse.Namespace) -> int:
     algo = _load_model(args.model)
-    user = _resolve(algo.trainset._raw2inner_id_users, args.user)
-    known = user in algo.trainset._raw2inner_id_users
+    users = algo._encoders()[0]
+    user = _resolve(users, args.user)
+    known = user in users
     ratings = _parse_rates(algo, args.rate) if args.rate else None
     frame = algo.recommend(user, n=args.n, strategy=args.strategy, kappa=args.kappa, ratings=ratings)
     if ratings:
@@ -233,11 +235,11 @@ def _predict(args: argparse.Namespace) -> int:
     import pandas as pd
 
     algo = _load_model(args.model)
-    user = _resolve(algo.trainset._raw2inner_id_users, args.user)
-    item = _resolve(algo.trainset._raw2inner_id_items, args.item)
+    users, items = algo._encoders()
+    user, item = _resolve(users, args.user), _resolve(items, args.item)
     mean, var = algo.predict_dist(user, item)
-    notes = [f"user {user} is not in the model (cold start)"] if user not in algo.trainset._raw2inner_id_users else []
-    if item not in algo.trainset._raw2inner_id_items:
+    notes = [f"user {user} is not in the model (cold start)"] if user not in users else []
+    if item not in items:
         notes.append(f"item {item} is not in the model (cold start)")
     for note in notes:
         print(note)

@@ -17,7 +17,7 @@ from ..core.posterior import MWGPPosterior
 
 # the numpydoc Parameters block of MWGPConfig, first-line indent removed so that it can follow "    " in an
 # f-string (empty under ``python -OO``, which strips every docstring)
-_PARAM_DOC = (MWGPConfig.__doc__ or "").partition("Parameters\n    ----------\n")[2].lstrip(" ").rstrip() + "\n"
+PARAMS_DOC = (MWGPConfig.__doc__ or "").partition("Parameters\n    ----------\n")[2].lstrip(" ").rstrip() + "\n"
 
 
 class HyperParamsMixin:
@@ -204,9 +204,6 @@ def warn_id_twins(owner: Any, name: str, values: Sequence[Any], codes: np.ndarra
             return
         if len(seen) >= _MAX_TWIN_CHECKS:
             return
-
-
-PARAMS_DOC = _PARAM_DOC
 
 
 class UserModelMixin:
