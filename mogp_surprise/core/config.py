@@ -202,11 +202,7 @@ class MWGPConfig:
 
     def torch_device(self) -> torch.device:
         """Resolve ``device``; 'cuda' without CUDA is an error, 'auto' falls back to the CPU."""
-        dev = self.device
-        if isinstance(dev, torch.device):
-            dev_str = str(dev)
-        else:
-            dev_str = dev
+        dev_str = str(self.device) if isinstance(self.device, torch.device) else self.device
         if dev_str == "auto":
             return torch.device("cuda" if torch.cuda.is_available() else "cpu")
         if dev_str.startswith("cuda") and not torch.cuda.is_available():

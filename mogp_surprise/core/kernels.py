@@ -7,8 +7,6 @@ concatenated input, so :func:`paired_kernel` evaluates it in a single pass over 
 """
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
@@ -74,6 +72,11 @@ def cross_kernel(x: Tensor, z: Tensor, lengthscale: Tensor, outputscale: Tensor)
     # a contiguous right-hand side: with a transposed view BLAS's result for a row was seen to depend on
     # the other rows of xa (float32), and predictions must not depend on their batch
     return torch.exp_(xa @ za.transpose(-1, -2).contiguous())
+
+
+def rbf_mean_gradient(kw: Tensor, x: Tensor, z: Tensor, lengthscale: Tensor) -> Tensor:
+    """d/dx of sum_l k(x, z_l) w_l = sum_l kw_l (z_l - x) / l^2 (ARD RBF kernel), from ``kw = k(x, z) * w``."""
+    return (kw @ z - x * kw.sum(-1, keepdim=True)) / (lengthscale * lengthscale)
 
 
 class _DataFit(torch.autograd.Function):
@@ -234,5 +237,3 @@ def rbf_expectations(mean: Tensor, var: Tensor, z: Tensor, lengthscale: Tensor) 
     psi2 = torch.exp(log_norm2 + expo)
     return psi1, psi2
 
-
-LOG_2PI = math.log(2.0 * math.pi)

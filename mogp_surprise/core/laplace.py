@@ -22,8 +22,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .kernels import cross_kernel
+from .kernels import cross_kernel, rbf_mean_gradient
 from .model import MWGPModule
+from .objective import noise_moments
 
 
 @torch.no_grad()
@@ -46,10 +47,8 @@ def level_variances(module: MWGPModule, index: Tensor, jitter: float, embedding_
     for start in range(0, index.shape[0], chunk_size):
         idx = index[start:start + chunk_size]
         x = module.features(idx, tables)
-        kw = cross_kernel(x, z, ls, s) * terms.w  # (B, m): k_nl w_l
-        # d (k_n . w) / d x = -sum_l k_nl w_l (x - z_l) / l^2
-        grad = (kw @ z - x * kw.sum(-1, keepdim=True)) / (ls * ls)
-        _, lam = module.noise_terms(idx)
+        grad = rbf_mean_gradient(cross_kernel(x, z, ls, s) * terms.w, x, z, ls)  # d (k_n . w) / d x
+        _, lam = noise_moments(module, idx)
         g2 = grad * grad * lam.unsqueeze(-1)
         for f in range(module.n_factors):
             prec[f].index_add_(0, idx[:, f], g2[:, f * r:(f + 1) * r])

@@ -7,14 +7,10 @@ S = L_S L_S^T, p(v) = N(0, I). For a minibatch with cross-covariance K_nm (B x m
     Var[f_n] = k_nn + K_nm M K_nm^T (diag),  M = L^{-T} (S - I) L^{-1}
 
 so every rating costs one row of two matrix products with m x m / m-vectors that are formed
-once per batch (no triangular solve per rating). The minibatch ELBO is
+once per batch (no triangular solve per rating). The ELBO built from these blocks, every term of it,
+is in :mod:`.objective`.
 
-    (N / B) * sum_batch E_q[log N(y_n | mu_n + f_n, sigma_n^2)]        (expected_log_lik)
-        - kl_weight * KL(q(v) || p(v))                                 (WhitenedTerms.kl)
-        - sum_f KL(q(s_f) || p(s_f | tau_f))                           (noise_kl)
-        + log p(embeddings, implicit and bilinear factors, biases)      (log_prior)
-
-where mu_n = c + sum_f bias_f[index_f] + p_u . q_i is the mean function on standardised ratings.
+The mean function on standardised ratings is mu_n = c + sum_f bias_f[index_f] + p_u . q_i.
 
 Bilinear term (``mf_rank`` = k > 0): users and items also carry k-dimensional factors p_u, q_i,
 separate from the GP's embeddings, with the embeddings' Gaussian prior; their inner product enters
@@ -25,11 +21,8 @@ and q~_j = q_j + |N(j)|^{-1/2} sum_u x'_u, and the mean uses p~_u . q~_j.
 
 Noise. ``noise="homoscedastic"`` (the paper): sigma_n^2 = sigma^2 for every rating.
 ``noise="heteroscedastic"``: every level of every factor (each user, each item, each context
-level) has a log-variance offset s, log sigma_n^2 = log sigma^2 + sum_f s_f[index_f], with prior
-s ~ N(0, tau_f) (tau_f learned: empirical Bayes) and a Gaussian variational posterior
-q(s) = N(mu_s, v_s). Because E_q[1 / sigma_n^2] = exp(-log sigma^2 - sum mu_s + sum v_s / 2) and
-E_q[log sigma_n^2] = log sigma^2 + sum mu_s, the expected log likelihood stays in closed form:
-every rating's squared error and latent variance are weighted by lambda_n = E_q[1 / sigma_n^2].
+level) has a log-noise offset s, log sigma_n^2 = log sigma^2 + sum_f s_f[index_f], with prior
+s ~ N(0, tau_f) (tau_f learned) and variational posterior q(s) = N(mu_s, v_s) (:mod:`.objective`).
 
 Implicit feedback (``implicit=True``, SVD++-style, Koren 2008): the GP input of user u is
 a_u + |N(u)|^{-1/2} sum_{j in N(u)} y_j over the items N(u) the user rated in training, and that
@@ -47,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .kernels import LOG_2PI, Workspace, data_fit, paired_kernel
+from .kernels import Workspace, paired_kernel
 from .linalg import inducing_terms
 
 MIN_NOISE = 1e-4
@@ -149,9 +142,6 @@ class MWGPModule(nn.Module):
     def noise(self) -> Tensor:
         return F.softplus(self.raw_noise) + MIN_NOISE
 
-    def q_chol(self) -> Tensor:
-        return torch.tril(self.q_sqrt)
-
     # -- building blocks ---------------------------------------------------------------------
     def set_implicit_graph(self, index: Tensor) -> None:
         """Build the normalised who-rated-what matrices of the training tuples (for ``implicit``)."""
@@ -183,17 +173,9 @@ class MWGPModule(nn.Module):
                     mf[side] = mf[side] + sums[:, r:]
         return inputs, mf
 
-    def factor_tables(self) -> list[Tensor]:
-        """The GP inputs of :meth:`input_tables`."""
-        return self.input_tables()[0]
-
-    def mf_tables(self) -> list[Tensor]:
-        """The bilinear factors of :meth:`input_tables`."""
-        return self.input_tables()[1]
-
     def features(self, index: Tensor, tables: list[Tensor] | None = None) -> Tensor:
         """Concatenated GP inputs of index tuples, (B, F) -> (B, F * r)."""
-        tables = self.factor_tables() if tables is None else tables
+        tables = self.input_tables()[0] if tables is None else tables
         return torch.cat([t.index_select(0, index[:, f]) for f, t in enumerate(tables)], dim=-1)
 
     def prior_mean(self, index: Tensor, mf: list[Tensor] | None = None) -> Tensor:
@@ -203,7 +185,7 @@ class MWGPModule(nn.Module):
         for f, bias in enumerate(self.biases):
             out = out + bias.index_select(0, index[:, f])
         if self.mf_rank:
-            mf = self.mf_tables() if mf is None else mf
+            mf = self.input_tables()[1] if mf is None else mf
             p, q = (t.index_select(0, index[:, f]) for f, t in enumerate(mf))
             out = out + (p * q).sum(-1)
         return out
@@ -223,69 +205,7 @@ class MWGPModule(nn.Module):
         var = self.outputscale() + ((knm @ terms.M) * knm).sum(-1)
         return mean, var
 
-    # -- objective terms (every term of the ELBO is here) --------------------------------------
-    def noise_terms(self, index: Tensor) -> tuple[Tensor, Tensor]:
-        """E_q[log sigma_n^2] and lambda_n = E_q[1 / sigma_n^2] of every rating in the batch, (B,) each."""
-        log_noise = torch.log(self.noise())
-        if not self.heteroscedastic:
-            return log_noise.expand(index.shape[0]), torch.exp(-log_noise).expand(index.shape[0])
-        mean = log_noise
-        half_var = None
-        for f in range(self.n_factors):
-            mean = mean + self.noise_offset_mean[f].index_select(0, index[:, f])
-            v = torch.exp(self.noise_offset_logvar[f].index_select(0, index[:, f]))
-            half_var = v if half_var is None else half_var + v
-        return mean, torch.exp(0.5 * half_var - mean)
-
-    def expected_log_lik(self, index: Tensor, y: Tensor, terms: WhitenedTerms) -> Tensor:
-        """sum_n E_q[log N(y_n | f_n, sigma_n^2)] over the batch.
-
-        With k_nn = outputscale and lambda_n = E_q[1 / sigma_n^2] this is
-        -1/2 sum_n [log 2 pi + E_q log sigma_n^2 + lambda_n (outputscale + (r_n - k_n^T w)^2 + k_n^T M k_n)]
-        where r_n = y_n - mu_n; the sums over the B x m cross-covariance come from
-        :func:`~.kernels.data_fit`, which fuses the kernel, both products and their gradients.
-        """
-        outputscale = self.outputscale()
-        inputs, mf = self.input_tables()
-        x = self.features(index, inputs)
-        resid = y - self.prior_mean(index, mf)
-        n = index.shape[0]
-        if not self.heteroscedastic:  # one scalar noise: the unweighted (faster) data term
-            sums = data_fit(x, self.inducing, self.lengthscale(), outputscale, terms.w, terms.M, resid,
-                            self.workspace)
-            noise = self.noise()
-            return -0.5 * n * (LOG_2PI + torch.log(noise)) - 0.5 * (n * outputscale + sums) / noise
-        log_noise, inv_noise = self.noise_terms(index)
-        sums = data_fit(x, self.inducing, self.lengthscale(), outputscale, terms.w, terms.M, resid,
-                        self.workspace, weights=inv_noise)
-        return -0.5 * (n * LOG_2PI + log_noise.sum() + outputscale * inv_noise.sum() + sums)
-
-    def noise_kl(self) -> Tensor:
-        """sum_f KL(q(s_f) || N(0, tau_f)) over every level's log-noise offset (0 if homoscedastic)."""
-        out = self.global_mean.new_zeros(())
-        for f in range(len(self.noise_offset_mean)):
-            mean, logvar = self.noise_offset_mean[f], self.noise_offset_logvar[f]
-            prior_logvar = self.noise_prior_logvar[f]
-            out = out + 0.5 * ((mean * mean + torch.exp(logvar)).sum() * torch.exp(-prior_logvar)
-                               - mean.shape[0] + mean.shape[0] * prior_logvar - logvar.sum())
-        return out
-
-    def log_prior(self, embedding_reg: float, bias_reg: float, mf_reg: float = 0.0) -> Tensor:
-        """Gaussian log prior (up to constants) of embeddings and implicit factors (precision
-        ``embedding_reg``), biases (``bias_reg``) and bilinear factors (``mf_reg``).
-
-        The trainer applies its gradient as Adam's weight decay (see ``trainer._adam``);
-        ``tests/core/test_trainer.py`` checks that the two agree.
-        """
-        out = self.global_mean.new_zeros(())
-        if embedding_reg:
-            out = out - 0.5 * embedding_reg * sum((e ** 2).sum() for e in self.prior_tables())
-        if bias_reg and self.use_biases:
-            out = out - 0.5 * bias_reg * sum((b ** 2).sum() for b in self.biases)
-        if mf_reg and self.mf_rank:
-            out = out - 0.5 * mf_reg * sum((t ** 2).sum() for t in self.mf_prior_tables())
-        return out
-
+    # -- which tables carry which Gaussian prior (objective.log_prior, trainer._adam) ------------
     def prior_tables(self) -> list[nn.Parameter]:
         """The tables with the embedding prior N(0, 1 / embedding_reg): embeddings and implicit factors."""
         return [*self.embeddings, *self.implicit_factors]
@@ -293,21 +213,6 @@ class MWGPModule(nn.Module):
     def mf_prior_tables(self) -> list[nn.Parameter]:
         """The tables with the bilinear-factor prior N(0, 1 / mf_reg): the factors and their implicit factors."""
         return [*self.mf_factors, *self.mf_implicit]
-
-    def elbo(self, index: Tensor, y: Tensor, n_data: int, jitter: float, kl_weight: float = 1.0,
-             embedding_reg: float = 0.0, bias_reg: float = 0.0, mf_reg: float = 0.0) -> Tensor:
-        """Unbiased minibatch estimate of the ELBO plus the log prior of embeddings, factors and biases.
-
-        The trainer passes ``embedding_reg = bias_reg = mf_reg = 0`` and applies those priors through
-        Adam's weight decay (same gradient, no pass over every table row per step).
-        """
-        terms = self.whitened_terms(jitter)
-        out = self.expected_log_lik(index, y, terms) * (n_data / index.shape[0]) - kl_weight * terms.kl
-        if self.heteroscedastic:
-            out = out - self.noise_kl()
-        if embedding_reg or bias_reg or mf_reg:
-            out = out + self.log_prior(embedding_reg, bias_reg, mf_reg)
-        return out
 
 
 def implicit_graph(index: Tensor, n_levels: tuple[int, int], dtype: torch.dtype) -> tuple[Tensor, ...]:

@@ -4,21 +4,9 @@ Everything that depends only on the fitted parameters (Cholesky of K_mm, the pro
 M, each factor's cold-start kernel expectations) is computed once, in float64, when the
 posterior is built; a pattern of several unknown factors combines them with O(m^2) work.
 
-Unseen levels (index -1) are integrated out: the unknown embedding is given the Gaussian that
-matches the moments of the learned embeddings of that factor (their spread plus their average
-Laplace posterior variance), its kernel factor is replaced by its closed-form expectations (psi
-statistics), and the unknown bias and bilinear factor contribute their mean and variance (likewise).
-With random
-kernel vector k = outputscale * prod_f k_f and psi1 = E[k], Psi2 = E[k k^T]:
-
-    E[f]   = psi1^T w
-    Var[f] = outputscale + tr((M + w w^T) Psi2) - (psi1^T w)^2
-
-The bilinear term p_u . q_i of the mean function (``mf_rank`` > 0) adds, with independent
-Gaussians p ~ N(m_p, v_p) and q ~ N(m_q, v_q) per dimension (a known level: its own factor and,
-with ``embedding_uncertainty``, its Laplace variance; an unseen one: the learned population's),
-
-    E[p . q] = m_p . m_q,    Var[p . q] = sum_d (v_p m_q^2 + m_p^2 v_q + v_p v_q)_d
+Unseen levels (index -1) are integrated out over the population of the learned levels; the
+predictive moments of every pattern of known and unseen levels are derived in :mod:`.predictive`.
+Saving and loading, and the user rows of folded-in users, are in :mod:`.posterior_state`.
 
 Fold-in (:mod:`.foldin`) needs a few more fitted quantities than prediction: the priors, the item
 implicit factors and every level's q(s). ``from_module`` keeps them in :attr:`MWGPPosterior.foldin`;
@@ -32,20 +20,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .kernels import cross_kernel, rbf, rbf_expectations
-from .linalg import safe_cholesky
+from .kernels import rbf_expectations
+from .linalg import inducing_terms
 from .model import MWGPModule
+from .posterior_state import TENSORS, check_chunk_size, check_rows, posterior_state, state_args, with_user_rows
+from .predictive import latent_moments, population
 
 if TYPE_CHECKING:  # pragma: no cover
     from .foldin import FoldedUser
-
-# every prediction GEMM has a multiple of _ROW_PAD and at most _ROW_BLOCK rows (MWGPPosterior._latent_pattern)
-_ROW_PAD, _ROW_BLOCK = 64, 1024
-
-# tensors that make up a posterior, in the order they are saved
-_TENSORS = ("inducing", "lengthscale", "outputscale", "noise", "global_mean", "w", "M",
-            "emb_mean", "emb_var", "bias_mean", "bias_var", "psi1", "psi2", "noise_scale_unseen",
-            "mf_mean", "mf_var")
 
 
 class MWGPPosterior:
@@ -79,7 +61,7 @@ class MWGPPosterior:
                  level_variances: tuple[list[Tensor], ...] | None = None,
                  foldin: dict[str, Any] | None = None, cold_users: Tensor | None = None,
                  mf_factors: list[Tensor] | None = None) -> None:
-        for name in _TENSORS:
+        for name in TENSORS:
             setattr(self, name, tensors[name])
         self.embeddings = list(embeddings)
         self.biases = list(biases)
@@ -95,7 +77,7 @@ class MWGPPosterior:
             if level_variances is not None else ([], [], [])
         self.rating_mean = float(rating_mean)
         self.rating_std = float(rating_std)
-        self.chunk_size = _check_chunk_size(chunk_size)
+        self.chunk_size = check_chunk_size(chunk_size)
         self.foldin = dict(foldin) if foldin is not None else None
         self.cold_users = cold_users if cold_users is not None and bool(cold_users.any()) else None
 
@@ -121,72 +103,61 @@ class MWGPPosterior:
         every level's q(s)) in :attr:`foldin` for :func:`~.foldin.fold_in`, which refuses a
         posterior built without them.
         """
-        f64 = {"dtype": torch.float64}
+        def f64(t: Tensor) -> Tensor:
+            return t.detach().to(torch.float64)
         inputs, mf = module.input_tables()
-        emb = [e.detach().to(**f64) for e in inputs]
-        if module.use_biases:
-            biases = [b.detach().to(**f64) for b in module.biases]
-        else:
-            biases = [torch.zeros(n, dtype=torch.float64, device=module.inducing.device)
-                      for n in module.n_levels]
-        z = module.inducing.detach().to(**f64)
-        ls = module.lengthscale().detach().to(**f64)
-        os_ = module.outputscale().detach().to(**f64)
-        kmm = os_ * rbf(z, z, ls)
-        chol = safe_cholesky(kmm, jitter, what="K_mm (inducing-point covariance)")
-        eye = torch.eye(z.shape[0], dtype=torch.float64, device=z.device)
-        linv_t = torch.linalg.solve_triangular(chol, eye, upper=False).T
-        g = linv_t @ module.q_chol().detach().to(**f64)
-        w = linv_t @ module.q_mean.detach().to(**f64)
-        M = g @ g.T - linv_t @ linv_t.T
+        emb, mf = [f64(e) for e in inputs], [f64(t) for t in mf]
+        z, ls, os_ = f64(module.inducing), f64(module.lengthscale()), f64(module.outputscale())
+        new = {"dtype": torch.float64, "device": z.device}
+        biases = [f64(b) for b in module.biases] if module.use_biases else [torch.zeros(n, **new)
+                                                                           for n in module.n_levels]
+        # w and M as in training (linalg.inducing_terms), here in float64
+        w, M, _ = inducing_terms(z, ls, os_, f64(module.q_mean), f64(module.q_sqrt), jitter,
+                                 what="K_mm (inducing-point covariance)")
         M = 0.5 * (M + M.T)
         r = module.latent_dim
-        mf = [t.detach().to(**f64) for t in mf]
         if mf and level_variances is not None and len(level_variances) < 3:
             raise ValueError("this module has a bilinear term: `level_variances` must hold the variances of "
                              "its factors too (laplace.level_variances returns them)")
         laplace = [None] * 3 if level_variances is None else level_variances
-        emb_mean, emb_var = _population(emb, laplace[0], floor=1e-8)
-        bias_mean, bias_var = _population(biases, laplace[1])
-        mf_mean, mf_var = _population(mf, laplace[2]) if mf else (torch.zeros(0, 0, **f64, device=z.device),) * 2
+        emb_mean, emb_var = population(emb, laplace[0], floor=1e-8)
+        bias_mean, bias_var = population(biases, laplace[1])
+        mf_mean, mf_var = population(mf, laplace[2]) if mf else (torch.zeros(0, 0, **new),) * 2
         # expectations of each factor's kernel under its cold-start distribution
         psi = [rbf_expectations(emb_mean[f], emb_var[f], z[:, f * r:(f + 1) * r], ls[f * r:(f + 1) * r])
                for f in range(len(emb))]
         # E_q[exp(s)] of every level's log-noise offset; an unseen level's offset is integrated over the
         # distribution of the learned ones (the mixture of their q(s), as for embeddings and biases)
         if module.heteroscedastic:
-            noise_scales = [torch.exp(m.detach().to(**f64) + 0.5 * torch.exp(lv.detach().to(**f64)))
+            noise_scales = [torch.exp(f64(m) + 0.5 * torch.exp(f64(lv)))
                             for m, lv in zip(module.noise_offset_mean, module.noise_offset_logvar)]
             noise_scale_unseen = torch.stack([s.mean() for s in noise_scales])
         else:  # None: every level's factor is 1
-            noise_scales = None
-            noise_scale_unseen = torch.ones(len(module.n_levels), **f64, device=z.device)
+            noise_scales, noise_scale_unseen = None, torch.ones(len(module.n_levels), **new)
         tensors = {
             "noise_scale_unseen": noise_scale_unseen,
-            "inducing": z, "lengthscale": ls, "outputscale": os_, "noise": module.noise().detach().to(**f64),
-            "global_mean": module.global_mean.detach().to(**f64), "w": w, "M": M,
+            "inducing": z, "lengthscale": ls, "outputscale": os_, "noise": f64(module.noise()),
+            "global_mean": f64(module.global_mean), "w": w, "M": M,
             "emb_mean": emb_mean, "emb_var": emb_var, "bias_mean": bias_mean, "bias_var": bias_var,
             "psi1": torch.stack([p[0] for p in psi]), "psi2": torch.stack([p[1] for p in psi]),
             "mf_mean": mf_mean, "mf_var": mf_var,
         }
         own = None
         if level_variances is not None and embedding_uncertainty:
-            own = tuple([v.detach().to(**f64) for v in part] for part in level_variances)
+            own = tuple([f64(v) for v in part] for part in level_variances)
+        regs = {"embedding_reg": embedding_reg, "bias_reg": bias_reg, "mf_reg": mf_reg}
         foldin = {
-            "embedding_reg": None if embedding_reg is None else float(embedding_reg),
-            "bias_reg": None if bias_reg is None else float(bias_reg),
-            "mf_reg": None if mf_reg is None else float(mf_reg),
+            **{name: None if reg is None else float(reg) for name, reg in regs.items()},
             "use_biases": module.use_biases, "heteroscedastic": module.heteroscedastic,
             "implicit": module.implicit,
-            "item_implicit": module.implicit_factors[0].detach().to(**f64) if module.implicit else None,
-            "item_mf_implicit": module.mf_implicit[0].detach().to(**f64) if module.mf_implicit else None,
-            "noise_offset_mean": [m.detach().to(**f64) for m in module.noise_offset_mean],
-            "noise_offset_logvar": [lv.detach().to(**f64) for lv in module.noise_offset_logvar],
-            "noise_prior_logvar": module.noise_prior_logvar.detach().to(**f64),
+            "item_implicit": f64(module.implicit_factors[0]) if module.implicit else None,
+            "item_mf_implicit": f64(module.mf_implicit[0]) if module.mf_implicit else None,
+            "noise_offset_mean": [f64(m) for m in module.noise_offset_mean],
+            "noise_offset_logvar": [f64(lv) for lv in module.noise_offset_logvar],
+            "noise_prior_logvar": f64(module.noise_prior_logvar),
         }
         if module.heteroscedastic:  # the population of the users' log-noise offsets: mean, variance
-            mu = module.noise_offset_mean[0].detach().to(**f64)
-            var = torch.exp(module.noise_offset_logvar[0].detach().to(**f64))
+            mu, var = f64(module.noise_offset_mean[0]), torch.exp(f64(module.noise_offset_logvar[0]))
             foldin["user_noise_population"] = torch.stack([mu.mean(), mu.var(unbiased=False) + var.mean()])
         post = cls(tensors, emb, biases, rating_mean, rating_std, chunk_size, noise_scales, own, foldin,
                    mf_factors=mf)
@@ -231,60 +202,18 @@ class MWGPPosterior:
     def to(self, device: Any = None, dtype: torch.dtype | None = None) -> "MWGPPosterior":
         """A copy on another device and/or floating dtype."""
         def conv(t: Tensor) -> Tensor:
-            return t.to(device=device if device is not None else t.device, dtype=dtype or t.dtype)
-        tensors = {name: conv(getattr(self, name)) for name in _TENSORS}
-        return MWGPPosterior(tensors, [conv(e) for e in self.embeddings], [conv(b) for b in self.biases],
-                             self.rating_mean, self.rating_std, self.chunk_size,
-                             [conv(s) for s in self.noise_scales],
-                             _map_tensors(self._level_variances(), conv),
-                             _map_tensors(self.foldin, conv),
-                             None if self.cold_users is None else self.cold_users.to(device=device),
-                             [conv(t) for t in self.mf_factors])
-
-    def _level_variances(self) -> tuple[list[Tensor], ...] | None:
-        return (self.input_var, self.level_bias_var, self.mf_level_var) if self.input_var else None
+            return t.to(device=device if device is not None else t.device,
+                        dtype=dtype if dtype is not None and t.is_floating_point() else t.dtype)
+        return MWGPPosterior.from_state_dict(posterior_state(self, conv))
 
     def state_dict(self) -> dict[str, Any]:
         """Plain dict of CPU tensors and numbers; inverse of :meth:`from_state_dict`."""
-        out: dict[str, Any] = {name: getattr(self, name).detach().cpu() for name in _TENSORS}
-        out["embeddings"] = [e.detach().cpu() for e in self.embeddings]
-        out["biases"] = [b.detach().cpu() for b in self.biases]
-        out["noise_scales"] = [s.detach().cpu() for s in self.noise_scales]
-        out["input_var"] = [v.detach().cpu() for v in self.input_var]
-        out["level_bias_var"] = [v.detach().cpu() for v in self.level_bias_var]
-        out["mf_level_var"] = [v.detach().cpu() for v in self.mf_level_var]
-        out["mf_factors"] = [t.detach().cpu() for t in self.mf_factors]
-        out["foldin"] = _map_tensors(self.foldin, lambda t: t.detach().cpu())
-        out["cold_users"] = None if self.cold_users is None else self.cold_users.cpu()
-        out.update(rating_mean=self.rating_mean, rating_std=self.rating_std, chunk_size=self.chunk_size)
-        return out
+        return posterior_state(self)
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> "MWGPPosterior":
-        state = dict(state)
-        if "noise_scale_unseen" not in state and "embeddings" in state:
-            # written before per-level noise existed: a homoscedastic model
-            state["noise_scale_unseen"] = torch.ones(len(state["embeddings"]), dtype=state["embeddings"][0].dtype)
-        if "mf_mean" not in state and "embeddings" in state:  # written before the bilinear term existed: none
-            state["mf_mean"] = state["mf_var"] = torch.zeros(0, 0, dtype=state["embeddings"][0].dtype)
-        missing = [k for k in (*_TENSORS, "embeddings", "biases", "rating_mean", "rating_std")
-                   if k not in state]
-        if missing:
-            raise ValueError(f"posterior state is missing the entries {missing}")
-        rank = int(state["mf_mean"].shape[-1]) if state["mf_mean"].numel() else 0
-        if rank and len(state.get("mf_factors") or []) != 2:
-            raise ValueError(f"posterior state has a rank-{rank} bilinear term but not its two factor tables "
-                             "('mf_factors')")
-        if rank and state.get("input_var") and len(state.get("mf_level_var") or []) != 2:
-            raise ValueError("posterior state has Laplace variances ('input_var') but not those of its bilinear "
-                             "factors ('mf_level_var')")
-        return cls({k: state[k] for k in _TENSORS}, state["embeddings"], state["biases"],
-                   state["rating_mean"], state["rating_std"], state.get("chunk_size", 65536),
-                   state.get("noise_scales"),
-                   (state["input_var"], state["level_bias_var"], state.get("mf_level_var", []))
-                   if state.get("input_var") else None,
-                   state.get("foldin"), state.get("cold_users"),  # absent in states saved before fold-in
-                   state.get("mf_factors", []))
+        """The posterior of a :meth:`state_dict` (also one saved by an older version)."""
+        return cls(*state_args(state))
 
     def __getstate__(self) -> dict[str, Any]:
         return self.state_dict()
@@ -311,84 +240,13 @@ class MWGPPosterior:
             their predictive variance only when this posterior keeps those of the trained users
             (``embedding_uncertainty=True``), so that all users are treated alike.
         """
-        return self._with_user_rows(users, None)
+        return with_user_rows(self, users, None)
 
     def with_replaced_users(self, rows: Sequence[int], users: Sequence["FoldedUser"]) -> "MWGPPosterior":
         """Like :meth:`with_extra_users`, but the folded-in users overwrite the user rows ``rows``
         (e.g. a known user re-folded with extra ratings keeps their index)."""
-        rows = np.asarray(rows)
-        if rows.ndim != 1 or (rows.size and not np.issubdtype(rows.dtype, np.integer)):
-            raise ValueError(f"`rows` must be a 1-d array of user indices, got {rows!r}")
         n_users = self.n_levels[0] if self.n_factors == 2 else 0
-        if rows.size and (rows.min() < 0 or rows.max() >= n_users):
-            raise ValueError(f"`rows` must lie in [0, {n_users}), got range [{rows.min()}, {rows.max()}]")
-        if np.unique(rows).size != rows.size:
-            raise ValueError("`rows` must not repeat a user")
-        if len(users) != rows.size:
-            raise ValueError(f"`rows` has {rows.size} entries but {len(users)} users were given")
-        return self._with_user_rows(users, rows.astype(np.int64))
-
-    def _with_user_rows(self, users: Sequence["FoldedUser"], rows: np.ndarray | None) -> "MWGPPosterior":
-        if self.n_factors != 2:
-            raise ValueError(f"folded-in users need a (user, item) model; this one has {self.n_factors} factors")
-        users = list(users)
-        r = self.latent_dim
-        for n, u in enumerate(users):
-            if not all(hasattr(u, a) for a in ("input", "input_var", "bias", "bias_var", "noise_scale",
-                                               "noise_offset_mean", "noise_offset_var", "n_ratings")):
-                raise ValueError(f"`users[{n}]` is not a FoldedUser (from mogp_surprise.core.foldin.fold_in), "
-                                 f"got {type(u).__name__}")
-            if np.shape(u.input) != (r,) or np.shape(u.input_var) != (r,):
-                raise ValueError(f"`users[{n}]` has a GP input of shape {np.shape(u.input)}; this posterior's "
-                                 f"latent dimension is {r}")
-            # (a FoldedUser pickled before the bilinear term existed has no such fields: none)
-            factor = getattr(u, "mf_factor", np.zeros(0))
-            if np.shape(factor) != (self.mf_rank,) or np.shape(getattr(u, "mf_factor_var", factor)) != (self.mf_rank,):
-                raise ValueError(f"`users[{n}]` has a bilinear factor of shape {np.shape(factor)}; this "
-                                 f"posterior's mf_rank is {self.mf_rank}")
-
-        def put(table: Tensor, values: list) -> Tensor:
-            """``table`` with the users' ``values`` appended (or written to ``rows``)."""
-            vals = torch.as_tensor(np.asarray(values, dtype=np.float64), dtype=table.dtype, device=table.device)
-            vals = vals.reshape(len(users), *table.shape[1:])
-            if rows is None:
-                return torch.cat([table, vals])
-            out = table.clone()
-            out[torch.as_tensor(rows, device=table.device)] = vals
-            return out
-
-        def pick(name: str) -> list:
-            return [getattr(u, name) for u in users]
-
-        embeddings = [put(self.embeddings[0], pick("input")), self.embeddings[1]]
-        biases = [put(self.biases[0], pick("bias")), self.biases[1]]
-        noise_scales = [put(self.noise_scales[0], pick("noise_scale")), self.noise_scales[1]]
-        mf_factors = [put(self.mf_factors[0], pick("mf_factor")), self.mf_factors[1]] if self.mf_factors else []
-        level_variances = None
-        if self.input_var:
-            level_variances = ([put(self.input_var[0], pick("input_var")), self.input_var[1]],
-                               [put(self.level_bias_var[0], pick("bias_var")), self.level_bias_var[1]],
-                               [put(self.mf_level_var[0], pick("mf_factor_var")), self.mf_level_var[1]]
-                               if self.mf_level_var else [])
-        foldin = None
-        if self.foldin is not None:
-            foldin = dict(self.foldin)
-            if foldin["heteroscedastic"]:
-                means, logvars = foldin["noise_offset_mean"], foldin["noise_offset_logvar"]
-                foldin["noise_offset_mean"] = [put(means[0], pick("noise_offset_mean")), means[1]]
-                foldin["noise_offset_logvar"] = [
-                    put(logvars[0], [np.log(max(float(v), 1e-300)) for v in pick("noise_offset_var")]), logvars[1]]
-        cold = torch.tensor([int(u.n_ratings) == 0 for u in users], dtype=torch.bool, device=self.device)
-        old_cold = self.cold_users if self.cold_users is not None else torch.zeros(
-            self.n_levels[0], dtype=torch.bool, device=self.device)
-        if rows is None:
-            cold_users = torch.cat([old_cold, cold])
-        else:
-            cold_users = old_cold.clone()
-            cold_users[torch.as_tensor(rows, device=self.device)] = cold
-        tensors = {name: getattr(self, name) for name in _TENSORS}
-        return MWGPPosterior(tensors, embeddings, biases, self.rating_mean, self.rating_std, self.chunk_size,
-                             noise_scales, level_variances, foldin, cold_users, mf_factors)
+        return with_user_rows(self, users, check_rows(rows, n_users, len(users)))
 
     # -- prediction ------------------------------------------------------------------------------
     def predict(self, index: np.ndarray, include_noise: bool = True,
@@ -421,7 +279,7 @@ class MWGPPosterior:
         n = index.shape[0]
         mean = np.empty(n, dtype=np.float64)
         var = np.empty(n, dtype=np.float64)
-        step = self.chunk_size if chunk_size is None else _check_chunk_size(chunk_size)
+        step = self.chunk_size if chunk_size is None else check_chunk_size(chunk_size)
         for start in range(0, n, step):
             chunk = torch.as_tensor(index[start:start + step], dtype=torch.long, device=self.device)
             m, v = self.moments(chunk, include_noise)
@@ -436,7 +294,7 @@ class MWGPPosterior:
             users = index[:, 0]
             index = index.clone()
             index[:, 0] = torch.where(self.cold_users[users.clamp_min(0)], -1, users)
-        m, v = self._latent_chunk(index)
+        m, v = latent_moments(self, index)
         if include_noise:
             v = v + self.noise_var_at(index)
         return m * self.rating_std + self.rating_mean, v * self.rating_std ** 2
@@ -453,136 +311,3 @@ class MWGPPosterior:
             col = index[:, f]
             out = out * torch.where(col >= 0, scales[col.clamp_min(0)], self.noise_scale_unseen[f])
         return out
-
-    def _latent_chunk(self, index: Tensor) -> tuple[Tensor, Tensor]:
-        n_factors = self.n_factors
-        unknown = index < 0
-        code = (unknown.long() * (2 ** torch.arange(n_factors, device=index.device))).sum(1)
-        codes = torch.unique(code).tolist()
-        mean = torch.empty(index.shape[0], dtype=self.dtype, device=self.device)
-        var = torch.empty_like(mean)
-        for c in codes:
-            rows = None if len(codes) == 1 else (code == c).nonzero().squeeze(1)
-            sub = index if rows is None else index[rows]
-            m, v = self._latent_pattern(sub, c)
-            if rows is None:
-                mean, var = m, v
-            else:
-                mean[rows], var[rows] = m, v
-        return mean, var
-
-    def _latent_pattern(self, index: Tensor, code: int) -> tuple[Tensor, Tensor]:
-        """Moments of f for rows that share one pattern of unknown factors.
-
-        The rows are padded to a multiple of ``_ROW_PAD`` (copies of the first row) and computed in
-        blocks of at most ``_ROW_BLOCK`` rows: BLAS sums in another order for products with few
-        rows, so without the padding a pair's prediction would change in its last bits with the
-        rows it is computed with (``predict(u, i)`` vs ``test(testset)``; scikit-learn's subset
-        invariance). With it every prediction is bit-identical whatever its batch, float32 too
-        (``tests/core/test_posterior.py``); cache-sized blocks are also faster than one product.
-        """
-        n = index.shape[0]
-        pad = -n % _ROW_PAD
-        if pad:
-            index = torch.cat([index, index[:1].expand(pad, -1)])
-        parts = [self._latent_rows(index[start:start + _ROW_BLOCK], code) for start in range(0, n + pad, _ROW_BLOCK)]
-        if len(parts) == 1:
-            mean, var = parts[0]
-        else:
-            mean, var = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
-        return mean[:n], var[:n]
-
-    def _latent_rows(self, index: Tensor, code: int) -> tuple[Tensor, Tensor]:
-        r = self.latent_dim
-        known = [f for f in range(self.n_factors) if not code >> f & 1]
-        unknown = [f for f in range(self.n_factors) if code >> f & 1]
-        if known:
-            x = torch.cat([self.embeddings[f][index[:, f]] for f in known], dim=-1)
-            if unknown:
-                dims = torch.cat([torch.arange(f * r, (f + 1) * r, device=self.device) for f in known])
-                z, ls = self.inducing[:, dims], self.lengthscale[dims]
-            else:
-                z, ls = self.inducing, self.lengthscale
-            kk = cross_kernel(x, z, ls, self.outputscale)  # one GEMM + exp
-        else:
-            kk = self.outputscale * torch.ones(index.shape[0], self.n_inducing, dtype=self.dtype,
-                                               device=self.device)
-        if unknown:  # (M + w w^T) ⊙ Psi2_U and w ⊙ psi1_U: m x m work per chunk and pattern
-            quad = self.M + torch.outer(self.w, self.w)
-            lin = self.w
-            for f in unknown:
-                quad = quad * self.psi2[f]
-                lin = lin * self.psi1[f]
-        else:
-            quad, lin = self.M, self.w
-        proj = kk @ lin
-        mean = self.global_mean + proj
-        var = self.outputscale + ((kk @ quad) * kk).sum(-1)
-        if known and self.input_var:  # estimation uncertainty of the known inputs and biases (delta method)
-            kw = kk * lin
-            grad = (kw @ z - x * kw.sum(-1, keepdim=True)) / (ls * ls)  # d E[f] / d x
-            v = torch.cat([self.input_var[f][index[:, f]] for f in known], dim=-1)
-            var = var + (grad * grad * v).sum(-1)
-            for f in known:
-                var = var + self.level_bias_var[f][index[:, f]]
-        for f in known:
-            mean = mean + self.biases[f][index[:, f]]
-        if unknown:
-            var = var - proj ** 2
-            for f in unknown:
-                mean = mean + self.bias_mean[f]
-                var = var + self.bias_var[f]
-        if self.mf_factors:
-            mf_mean, mf_var = self._bilinear_rows(index, code)
-            mean, var = mean + mf_mean, var + mf_var
-        floor = torch.finfo(self.dtype).eps * self.outputscale
-        return mean, torch.maximum(var, floor)
-
-
-    def _bilinear_rows(self, index: Tensor, code: int) -> tuple[Tensor, Tensor]:
-        """Mean and variance of p_u . q_i (module docstring) for rows that share one pattern."""
-        moments = []
-        for f in (0, 1):
-            if code >> f & 1:  # unseen: the learned population's mean and variance
-                moments.append((self.mf_mean[f], self.mf_var[f]))
-            else:
-                rows = index[:, f]
-                moments.append((self.mf_factors[f][rows], self.mf_level_var[f][rows] if self.mf_level_var else None))
-        (mp, vp), (mq, vq) = moments
-        mean = (mp * mq).sum(-1).expand(index.shape[0])
-        var = torch.zeros_like(mean)
-        if vp is not None:
-            var = var + (vp * mq * mq).sum(-1)
-        if vq is not None:
-            var = var + (vq * mp * mp).sum(-1)
-        if vp is not None and vq is not None:
-            var = var + (vp * vq).sum(-1)
-        return mean, var
-
-
-def _population(tables: list[Tensor], laplace: list[Tensor] | None, floor: float = 0.0) -> tuple[Tensor, Tensor]:
-    """Mean and variance, per factor, of the learned values of its levels (embeddings, biases or bilinear
-    factors): their spread (at least ``floor``) plus their average Laplace variance, if given (law of total
-    variance: point estimates are shrunk towards the prior, the population of true values is wider)."""
-    mean = torch.stack([t.mean(0) for t in tables])
-    var = torch.stack([t.var(0, unbiased=False) for t in tables]).clamp_min(floor)
-    if laplace is not None:
-        var = var + torch.stack([v.to(var).mean(0) for v in laplace])
-    return mean, var
-
-
-def _map_tensors(value: Any, fn) -> Any:
-    """``value`` (nested dicts/lists of tensors and plain values) with ``fn`` applied to every tensor."""
-    if isinstance(value, Tensor):
-        return fn(value)
-    if isinstance(value, dict):
-        return {k: _map_tensors(v, fn) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_map_tensors(v, fn) for v in value)
-    return value
-
-
-def _check_chunk_size(chunk_size) -> int:
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
-        raise ValueError(f"`chunk_size` must be an int >= 1, got {chunk_size!r}")
-    return int(chunk_size)

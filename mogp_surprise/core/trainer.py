@@ -12,15 +12,15 @@ import torch
 from tqdm.auto import tqdm
 
 from .config import MWGPConfig
-from .errors import NumericalError
+from .errors import NumericalError, check_finite_ratings
 from .initialization import initialise
 from .kernels import Workspace
 from .laplace import level_variances
 from .model import MWGPModule
+from .objective import elbo, log_prior
 from .posterior import MWGPPosterior
 
 logger = logging.getLogger(__name__)
-
 
 
 @dataclass
@@ -52,11 +52,7 @@ def validate_training_data(index: np.ndarray, ratings: np.ndarray, n_levels: tup
         raise ValueError(f"`index` must hold integers, got dtype {index.dtype}")
     if not np.issubdtype(ratings.dtype, np.number) or np.issubdtype(ratings.dtype, np.complexfloating):
         raise ValueError(f"ratings must be real numbers, got dtype {ratings.dtype}")
-    bad = ~np.isfinite(ratings)
-    if bad.any():
-        pos = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"ratings must be finite; {int(bad.sum())} are NaN/inf (first at row {pos}: "
-                         f"{ratings[pos]!r})")
+    check_finite_ratings(ratings)
     for f, n in enumerate(n_levels):
         col = index[:, f]
         if col.min() < 0 or col.max() >= n:
@@ -190,9 +186,8 @@ def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], co
         total = 0.0
         for start in range(0, n, batch):
             rows = slice(start, start + batch)
-            # the Gaussian priors of embeddings and biases enter through Adam's weight decay (_adam)
-            elbo = module.elbo(idx_t[rows], y_t[rows], n, config.jitter, config.kl_weight)
-            loss = -elbo / n
+            # the Gaussian priors of embeddings, factors and biases enter through Adam's weight decay (_adam)
+            loss = -elbo(module, idx_t[rows], y_t[rows], n, config.jitter, config.kl_weight) / n
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             value = float(loss.detach())
@@ -204,8 +199,8 @@ def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], co
             scheduler.step()
             total += value * (min(start + batch, n) - start)
         with torch.no_grad():
-            log_prior = float(module.log_prior(config.embedding_reg, config.bias_reg, config.mf_reg))
-        run.history.append(total / n - log_prior / n)
+            prior = float(log_prior(module, config.embedding_reg, config.bias_reg, config.mf_reg))
+        run.history.append(total / n - prior / n)
         run.epoch_times.append(time.perf_counter() - epoch_start)
         bar.set_postfix(loss=f"{run.history[-1]:.4f}")
         logger.debug("epoch %d: negative ELBO per rating %.5f", epoch + 1, run.history[-1])
@@ -229,7 +224,8 @@ def _rmse(module: MWGPModule, index: torch.Tensor, y: torch.Tensor, config: MWGP
 
 
 def _adam(module: MWGPModule, config: MWGPConfig, n: int) -> torch.optim.Optimizer:
-    """Adam with the Gaussian priors of embeddings, implicit and bilinear factors and biases as weight decay.
+    """Adam with the Gaussian priors of embeddings, implicit and bilinear factors and biases
+    (:func:`~.objective.log_prior`) as weight decay.
 
     The loss is -ELBO / n, so a prior N(0, 1/reg) adds ``reg / n * param`` to the gradient: exactly
     Adam's (coupled) ``weight_decay``, applied inside the optimiser's own pass over the tables

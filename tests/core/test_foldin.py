@@ -14,6 +14,7 @@ from mogp_surprise.core import MWGPConfig, MWGPPosterior, fit_mwgp
 from mogp_surprise.core.foldin import FoldedUser, fold_in, fold_in_many, fold_in_objective
 from mogp_surprise.core.laplace import level_variances
 from mogp_surprise.core.recommend import top_n
+from mogp_surprise.core.objective import elbo
 from tests.core._modules import random_module
 
 JITTER = 1e-8
@@ -56,7 +57,7 @@ def _set_user(mod, a, b, mu, logvar, p=None) -> None:
 def _user_elbo(mod, y: torch.Tensor) -> torch.Tensor:
     """The training ELBO, full batch over exactly USER's ratings (scale N / B = 1), with the priors."""
     index = torch.stack([torch.full((len(ITEMS),), USER), torch.as_tensor(ITEMS)], 1)
-    return mod.elbo(index, y, n_data=len(ITEMS), jitter=JITTER, embedding_reg=EMB_REG, bias_reg=BIAS_REG,
+    return elbo(mod, index, y, n_data=len(ITEMS), jitter=JITTER, embedding_reg=EMB_REG, bias_reg=BIAS_REG,
                     mf_reg=MF_REG)
 
 
@@ -82,7 +83,7 @@ VARIANTS = [(True, True, True, 2), (True, False, True, 0), (False, True, True, 3
 def test_objective_gradient_and_differences_match_the_training_elbo(heteroscedastic, implicit, use_biases,
                                                                     mf_rank) -> None:
     """At random user parameters the gradient of the fold-in objective w.r.t. (a_u, b_u, mu, log v, p_u) is that
-    of MWGPModule.elbo w.r.t. the user's rows (autograd), and differences of the two agree (the rest of the ELBO
+    of objective.elbo w.r.t. the user's rows (autograd), and differences of the two agree (the rest of the ELBO
     is constant in the user's parameters)."""
     mod, post = _random_model(heteroscedastic, implicit, use_biases, mf_rank)
     gen = torch.Generator().manual_seed(1)
@@ -125,7 +126,7 @@ def test_fold_in_reaches_a_stationary_point_with_the_laplace_variances_of_traine
               user.mf_factor_raw)
     assert user.mf_factor.shape == user.mf_factor_var.shape == user.mf_factor_raw.shape == (mf_rank,)
     np.testing.assert_allclose(user.mf_factor, user.mf_factor_raw + _implicit_mf(post, ITEMS), rtol=1e-12)
-    np.testing.assert_allclose(mod.factor_tables()[0][USER].detach().numpy(), user.input, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(mod.input_tables()[0][0][USER].detach().numpy(), user.input, rtol=1e-12, atol=1e-14)
     grads = torch.autograd.grad(_user_elbo(mod, y), _user_params(mod))
     assert max(float(g[USER].abs().max()) for g in grads) < 1e-6
     assert user.objective >= float(fold_in_objective(post, ITEMS, (RATING_MEAN + RATING_STD * y).numpy(),
@@ -380,26 +381,6 @@ def test_population_prior_is_on_the_effective_bilinear_factor() -> None:
            for prior in ("population", "model")}
     got = (obj["population"][0] - obj["model"][0]) - (obj["population"][1] - obj["model"][1])
     assert got == pytest.approx(priors(*points[0]) - priors(*points[1]), rel=1e-9)
-
-
-def test_population_fold_in_variance_and_start_of_the_bilinear_factor() -> None:
-    """The folded user's factor variance is 1 / (1 / mf_var + sum_j q~_j^2 / sigma^2) (homoscedastic: lambda =
-    1 / sigma^2), computed here from the posterior's tables; a known user's fold-in starts from their trained
-    factor (raw part: p~_u minus the implicit sum)."""
-    from mogp_surprise.core.foldin import _Context
-
-    mod, post = _random_model(False, True, True, mf_rank=2)
-    user = fold_in(post, ITEMS, np.linspace(1.0, 5.0, len(ITEMS)))
-    q = post.mf_factors[1][torch.as_tensor(ITEMS)].double()
-    want = 1.0 / (1.0 / post.mf_var[0] + (q * q).sum(0) / post.noise)
-    np.testing.assert_allclose(user.mf_factor_var, want.numpy(), rtol=1e-10)
-    ctx = _Context(post)
-    data = ctx.user_data(ITEMS, np.zeros(len(ITEMS)))
-    theta = ctx.start(data, USER)
-    np.testing.assert_allclose(theta[R + 3:].numpy(), (post.mf_factors[0][USER].double()
-                                                       - torch.as_tensor(_implicit_mf(post, ITEMS))).numpy(), rtol=1e-12)
-    np.testing.assert_allclose(ctx.start(data, None)[R + 3:].numpy(),
-                               (post.mf_mean[0] - torch.as_tensor(_implicit_mf(post, ITEMS))).numpy(), rtol=1e-12)
 
 
 # -- bad input ---------------------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from mogp_surprise.core.kernels import Workspace, cross_kernel, data_fit, paired_kernel, rbf, rbf_expectations
+from mogp_surprise.core.kernels import (Workspace, cross_kernel, data_fit, paired_kernel, rbf, rbf_expectations,
+                                        rbf_mean_gradient)
 
 R = 3  # embedding dimension of each factor
 
@@ -205,3 +206,61 @@ def test_reused_workspace_makes_a_stale_second_backward_fail_loudly() -> None:
     data_fit(*a2, workspace=ws)  # reuses (overwrites) them
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         torch.autograd.grad(out1, a1)
+
+
+# -- the weighted data term ------------------------------------------------------------------------------
+
+def _weighted_data_fit_inputs(n: int = 11, m: int = 5, seed: int = 3):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 4, generator=gen, dtype=torch.float64)
+    z = torch.randn(m, 4, generator=gen, dtype=torch.float64)
+    ls = 0.6 + torch.rand(4, generator=gen, dtype=torch.float64)
+    s = torch.tensor(1.3, dtype=torch.float64)
+    w = torch.randn(m, generator=gen, dtype=torch.float64)
+    a = torch.randn(m, m, generator=gen, dtype=torch.float64)
+    big_m = a @ a.T / m - torch.eye(m, dtype=torch.float64)
+    r0 = torch.randn(n, generator=gen, dtype=torch.float64)
+    lam = torch.rand(n, generator=gen, dtype=torch.float64) * 2 + 0.1
+    return x, z, ls, s, w, big_m, r0, lam
+
+
+def test_weighted_data_fit_matches_autograd_numpy_and_finite_differences() -> None:
+    args = _weighted_data_fit_inputs()
+    leaves = [a.clone().requires_grad_(True) for a in args]
+    x, z, ls, s, w, big_m, r0, lam = leaves
+    fused = data_fit(x, z, ls, s, w, big_m, r0, Workspace(), weights=lam)
+    k = paired_kernel(x, z, ls, s)
+    e = r0 - k @ w
+    reference = (lam * (e * e + ((k @ big_m) * k).sum(1))).sum()
+    assert float(fused.detach()) == pytest.approx(float(reference.detach()), rel=1e-12)
+    kn = k.detach().numpy()
+    en = r0.detach().numpy() - kn @ w.detach().numpy()
+    by_hand = (lam.detach().numpy() * (en ** 2 + np.einsum("ij,jk,ik->i", kn, big_m.detach().numpy(), kn))).sum()
+    assert float(fused.detach()) == pytest.approx(by_hand, rel=1e-12)
+    g_fused = torch.autograd.grad(fused, leaves)
+    g_ref = torch.autograd.grad(reference, leaves)
+    for name, a, b in zip("x z ls s w M r0 weights".split(), g_fused, g_ref):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-10, atol=1e-12, err_msg=name)
+
+    def fn(*t):
+        return data_fit(*t[:7], weights=t[7])
+    assert torch.autograd.gradcheck(fn, tuple(leaves), eps=1e-6, atol=1e-7, rtol=1e-6)
+
+
+def test_unit_weights_equal_the_unweighted_data_term() -> None:
+    x, z, ls, s, w, big_m, r0, _ = _weighted_data_fit_inputs(seed=5)
+    ones = torch.ones(x.shape[0], dtype=torch.float64)
+    assert float(data_fit(x, z, ls, s, w, big_m, r0, weights=ones)) == pytest.approx(
+        float(data_fit(x, z, ls, s, w, big_m, r0)), rel=1e-13)
+
+
+def test_rbf_mean_gradient_matches_autograd() -> None:
+    """d/dx_n of k(x_n, Z) w (each row depends on its own x_n only: the gradient of the sum is row-wise)."""
+    gen = torch.Generator().manual_seed(8)
+    x = torch.randn(7, 4, generator=gen, dtype=torch.float64, requires_grad=True)
+    z = torch.randn(5, 4, generator=gen, dtype=torch.float64)
+    ls = 0.6 + torch.rand(4, generator=gen, dtype=torch.float64)
+    s, w = torch.tensor(1.7, dtype=torch.float64), torch.randn(5, generator=gen, dtype=torch.float64)
+    (want,) = torch.autograd.grad((paired_kernel(x, z, ls, s) @ w).sum(), x)
+    got = rbf_mean_gradient(cross_kernel(x.detach(), z, ls, s) * w, x.detach(), z, ls)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-10, atol=1e-12)

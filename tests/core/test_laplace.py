@@ -12,6 +12,7 @@ from mogp_surprise.core.kernels import paired_kernel
 from mogp_surprise.core.laplace import level_variances
 from mogp_surprise.core.model import MWGPModule
 from mogp_surprise.core.posterior import MWGPPosterior
+from mogp_surprise.core.objective import noise_moments
 from tests.core._modules import random_module
 
 JITTER = 1e-8
@@ -35,8 +36,8 @@ def test_gauss_newton_precision_matches_autograd(implicit: bool) -> None:
     input_var, bias_var, mf_var = level_variances(mod, index, JITTER, embedding_reg=3.0, bias_reg=2.0, chunk_size=7,
                                                   mf_reg=4.0)
     terms = mod.whitened_terms(JITTER)
-    tables = [t.detach().clone().requires_grad_(True) for t in mod.factor_tables()]
-    lam = mod.noise_terms(index)[1].detach()
+    tables = [t.detach().clone().requires_grad_(True) for t in mod.input_tables()[0]]
+    lam = noise_moments(mod, index)[1].detach()
     prec = [torch.full_like(t, 3.0) for t in tables]
     bias_prec = [torch.full((t.shape[0],), 2.0, dtype=torch.float64) for t in tables]
     mf_prec = [torch.full_like(t, 4.0).detach() for t in mod.mf_factors]

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mogp_surprise.core import MWGPConfig, NumericalError, fit_mwgp
-from mogp_surprise.core.model import MWGPModule
+from mogp_surprise.core import objective
 from mogp_surprise.datasets import make_synthetic_ratings
 from tests.conftest import DATA_DIR
 
@@ -52,9 +52,9 @@ def test_no_nan_and_positive_variances(data, dtype):
 def test_nan_loss_is_reported_with_advice(monkeypatch):
     index, y, n_levels = _data("synthetic-1..5")
 
-    def broken(self, *args, **kwargs):
-        return torch.tensor(float("nan"), dtype=self.inducing.dtype, requires_grad=True)
-    monkeypatch.setattr(MWGPModule, "expected_log_lik", broken)
+    def broken(module, *args, **kwargs):
+        return torch.tensor(float("nan"), dtype=module.inducing.dtype, requires_grad=True)
+    monkeypatch.setattr(objective, "expected_log_lik", broken)
     with pytest.raises(NumericalError, match="lower `lr`"):
         fit_mwgp(index, y, n_levels, MWGPConfig(random_state=0, **QUICK))
 

@@ -1,12 +1,6 @@
-"""MWGPPosterior: prediction API, chunking, noise, cold start (unknown levels), dtype and persistence.
-
-Cold-start moments are checked against a Monte Carlo over the moment-matched Gaussian of the
-unknown embedding and bias, using the law of total variance Var[f] = E[Var[f | a]] + Var[E[f | a]],
-with the known-pair moments computed by an independent dense numpy whitened-SVGP reference.
-"""
+"""MWGPPosterior: construction, prediction API, chunking, noise and dtype, against an independent dense
+numpy whitened-SVGP reference (also used by ``test_predictive.py`` and ``test_posterior_state.py``)."""
 from __future__ import annotations
-
-import pickle
 
 import numpy as np
 import pytest
@@ -106,31 +100,6 @@ def test_float32_module_gives_float32_posterior() -> None:
     assert mean.dtype == np.float64 and np.isfinite(mean).all() and (var > 0).all()
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_a_prediction_does_not_depend_on_the_other_rows(dtype) -> None:
-    """Every row gets bit-identical moments alone, in chunks of any size, or in another order (float32
-    too: BLAS sums in another order for products with few rows, which the row blocks prevent)."""
-    post = _post(_random_module(), chunk_size=7).to(dtype=dtype)
-    index = _mixed_index()
-    mean, var = post.predict(index)
-    for size in (1, 5, 64, 100):
-        parts = [post.predict(index[k:k + size]) for k in range(0, len(index), size)]
-        np.testing.assert_array_equal(np.concatenate([p[0] for p in parts]), mean)
-        np.testing.assert_array_equal(np.concatenate([p[1] for p in parts]), var)
-    rng = np.random.default_rng(0)
-    order = rng.permutation(len(index))
-    m2, v2 = post.predict(index[order], chunk_size=1000)
-    np.testing.assert_array_equal(m2, mean[order])
-    np.testing.assert_array_equal(v2, var[order])
-    big = index[rng.integers(0, len(index), 5000)]  # several row blocks, and blocks of every padded size
-    m3, v3 = post.predict(big, chunk_size=3000)
-    for size in (1, 63, 65, 1023, 1025):
-        start = int(rng.integers(0, len(big) - size))
-        m4, v4 = post.predict(big[start:start + size])
-        np.testing.assert_array_equal(m4, m3[start:start + size])
-        np.testing.assert_array_equal(v4, v3[start:start + size])
-
-
 def _mixed_index() -> np.ndarray:
     """Known pairs and every unknown pattern, interleaved."""
     rows = []
@@ -176,78 +145,6 @@ def test_wrong_index_shape_raises(bad: np.ndarray) -> None:
 
 # -- cold start ---------------------------------------------------------------------------------------
 
-N_MC = 200_000
-
-
-def _mc_cold_start(mod: MWGPModule, user: int | None, item: int | None, seed: int) -> tuple[float, float]:
-    """Monte Carlo moments (rating scale, latent f) when user and/or item is None (unknown)."""
-    ref = _DenseReference(mod)
-    rng = np.random.default_rng(seed)
-
-    def draw(emb: np.ndarray, bias: np.ndarray, known: int | None) -> tuple[np.ndarray, np.ndarray]:
-        if known is not None:
-            return np.repeat(emb[known][None], N_MC, 0), np.full(N_MC, bias[known])
-        # the moment-matched Gaussian of the learned embeddings and biases (population moments)
-        e = emb.mean(0) + emb.std(0) * rng.standard_normal((N_MC, emb.shape[1]))
-        return e, bias.mean() + bias.std() * rng.standard_normal(N_MC)
-
-    a, ba = draw(ref.a, ref.bias_a, user)
-    b, bb = draw(ref.b, ref.bias_b, item)
-    cond_mean, cond_var = ref.moments(a, b, ba + bb)
-    # law of total variance
-    mean, var = cond_mean.mean(), cond_var.mean() + cond_mean.var()
-    return RATING_MEAN + RATING_STD * mean, RATING_STD ** 2 * var
-
-
-@pytest.mark.parametrize("user, item", [(None, 2), (3, None), (None, None)],
-                         ids=["unknown-user", "unknown-item", "both-unknown"])
-def test_cold_start_matches_monte_carlo(user, item) -> None:
-    mod = _random_module(seed=4)
-    post = _post(mod)
-    idx = np.array([[-1 if user is None else user, -1 if item is None else item]])
-    mean, var = post.predict(idx, include_noise=False)
-    mc_mean, mc_var = _mc_cold_start(mod, user, item, seed=7)
-    # MC standard error of the mean is ~sqrt(var / 2e5) ~ 0.2 % of the predictive sd
-    assert abs(mean[0] - mc_mean) <= 0.02 * max(abs(mc_mean), np.sqrt(mc_var))
-    assert var[0] == pytest.approx(mc_var, rel=0.02)
-
-
-def test_cold_start_uses_moment_matched_embedding_distribution() -> None:
-    mod = _random_module(seed=4)
-    post = _post(mod)
-    for f, emb in enumerate(mod.embeddings):
-        e = emb.detach()
-        np.testing.assert_allclose(post.emb_mean[f].numpy(), e.mean(0).numpy(), rtol=1e-12)
-        np.testing.assert_allclose(post.emb_var[f].numpy(), e.var(0, unbiased=False).numpy(), rtol=1e-12)
-        b = mod.biases[f].detach()
-        assert float(post.bias_mean[f]) == pytest.approx(float(b.mean()), rel=1e-12)
-        assert float(post.bias_var[f]) == pytest.approx(float(b.var(unbiased=False)), rel=1e-12)
-
-
-def test_unknown_user_is_more_uncertain_than_known_pairs_when_q_is_tight() -> None:
-    post = _post(_random_module(seed=5, q_scale=0.05))
-    _, v_known = post.predict(_all_pairs(), include_noise=False)
-    _, v_cold = post.predict(np.array([[-1, i] for i in range(N_ITEMS)]), include_noise=False)
-    _, v_both = post.predict(np.array([[-1, -1]]), include_noise=False)
-    assert v_cold.min() > v_known.mean()
-    assert v_both[0] > v_known.mean()
-
-
-def test_mixed_unknown_patterns_equal_separate_calls() -> None:
-    post = _post(_random_module(seed=6))
-    idx = _mixed_index()
-    m_mixed, v_mixed = post.predict(idx)
-    m_sep, v_sep = np.empty(len(idx)), np.empty(len(idx))
-    patterns = (idx < 0).astype(int) @ np.array([1, 2])
-    assert len(np.unique(patterns)) == 4
-    for p in np.unique(patterns):
-        rows = np.flatnonzero(patterns == p)
-        m_sep[rows], v_sep[rows] = post.predict(idx[rows])
-    np.testing.assert_allclose(m_mixed, m_sep, rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(v_mixed, v_sep, rtol=1e-12, atol=1e-12)
-    # unknown rows do not depend on which known index sits next to them
-    assert len(np.unique(np.round(m_mixed[patterns == 3], 12))) == 1
-
 
 # -- conversion and persistence ------------------------------------------------------------------------
 
@@ -262,34 +159,6 @@ def test_to_float32_is_close_to_float64() -> None:
     np.testing.assert_allclose(v32, v64, rtol=1e-5, atol=1e-5 * RATING_STD ** 2)
     back = post32.to(dtype=torch.float64)
     assert back.dtype == torch.float64
-
-
-def test_state_dict_round_trip_gives_identical_predictions() -> None:
-    post = _post(_random_module(), chunk_size=5)
-    state = post.state_dict()
-    assert all(isinstance(t, torch.Tensor) for t in state["embeddings"])
-    restored = MWGPPosterior.from_state_dict(state)
-    assert restored.chunk_size == 5 and restored.rating_std == RATING_STD
-    idx = _mixed_index()
-    for a, b in zip(post.predict(idx), restored.predict(idx)):
-        np.testing.assert_array_equal(a, b)
-
-
-def test_state_dict_missing_entries_raise() -> None:
-    state = _post(_random_module()).state_dict()
-    del state["embeddings"]
-    with pytest.raises(ValueError, match="embeddings"):
-        MWGPPosterior.from_state_dict(state)
-
-
-def test_pickle_round_trip_gives_identical_predictions() -> None:
-    post = _post(_random_module())
-    restored = pickle.loads(pickle.dumps(post))
-    assert isinstance(restored, MWGPPosterior)
-    idx = _mixed_index()
-    for a, b in zip(post.predict(idx), restored.predict(idx)):
-        np.testing.assert_array_equal(a, b)
-    assert restored.noise_var == post.noise_var
 
 
 def test_out_of_range_known_index_raises() -> None:
@@ -336,20 +205,6 @@ def test_heteroscedastic_noise_is_per_user_and_item_and_integrated_for_unseen_le
     assert len(set(np.round(noise[:3], 8))) == 3  # every known pair has its own noise
 
 
-def test_heteroscedastic_state_round_trip_and_old_states_load_as_homoscedastic() -> None:
-    post = _post(_het_module(seed=3))
-    pairs = np.array([[u, i] for u in range(-1, N_USERS) for i in range(-1, N_ITEMS)])
-    again = MWGPPosterior.from_state_dict(post.state_dict())
-    for a, b in zip(post.predict(pairs), again.predict(pairs)):
-        np.testing.assert_array_equal(a, b)
-    # a state written before per-level noise existed (no noise_scales / noise_scale_unseen entries)
-    homo = _post(_random_module(seed=3))
-    old = {k: v for k, v in homo.state_dict().items() if k not in ("noise_scales", "noise_scale_unseen")}
-    restored = MWGPPosterior.from_state_dict(old)
-    for a, b in zip(homo.predict(pairs), restored.predict(pairs)):
-        np.testing.assert_array_equal(a, b)
-
-
 # -- the bilinear term p_u . q_i --------------------------------------------------------------------------
 K_MF = 3
 
@@ -359,69 +214,3 @@ def _mf_module(seed: int = 5) -> MWGPModule:
     return mod
 
 
-def test_bilinear_term_enters_the_mean_of_known_pairs_and_is_integrated_for_unseen_levels() -> None:
-    """Known pairs: the dense reference's mean plus p_u . q_i, its variance unchanged (no Laplace variances
-    given). Unseen levels: Monte Carlo over the learned population of embeddings, biases and factors."""
-    mod = _mf_module()
-    post = _post(mod)
-    ref = _DenseReference(mod)
-    P, Q = (t.detach().numpy() for t in mod.mf_factors)
-    pairs = _all_pairs()
-    u, i = pairs[:, 0], pairs[:, 1]
-    mean, var = ref.moments(ref.a[u], ref.b[i], ref.bias_a[u] + ref.bias_b[i] + (P[u] * Q[i]).sum(1))
-    got = post.predict(pairs, include_noise=False)
-    np.testing.assert_allclose(got[0], RATING_MEAN + RATING_STD * mean, rtol=1e-10)
-    np.testing.assert_allclose(got[1], RATING_STD ** 2 * var, rtol=1e-10)
-    assert float(np.abs((P[u] * Q[i]).sum(1)).max()) > 0.1  # the term is not negligible here
-    rng = np.random.default_rng(11)
-    for user, item in ((None, 2), (3, None), (None, None)):
-        def draw(emb, bias, factors, known):
-            if known is not None:
-                return (np.repeat(emb[known][None], N_MC, 0), np.full(N_MC, bias[known]),
-                        np.repeat(factors[known][None], N_MC, 0))
-            return (emb.mean(0) + emb.std(0) * rng.standard_normal((N_MC, emb.shape[1])),
-                    bias.mean() + bias.std() * rng.standard_normal(N_MC),
-                    factors.mean(0) + factors.std(0) * rng.standard_normal((N_MC, factors.shape[1])))
-        a, ba, p = draw(ref.a, ref.bias_a, P, user)
-        b, bb, q = draw(ref.b, ref.bias_b, Q, item)
-        cond_mean, cond_var = ref.moments(a, b, ba + bb + (p * q).sum(1))
-        mc_mean = RATING_MEAN + RATING_STD * cond_mean.mean()
-        mc_var = RATING_STD ** 2 * (cond_var.mean() + cond_mean.var())
-        idx = np.array([[-1 if user is None else user, -1 if item is None else item]])
-        m, v = post.predict(idx, include_noise=False)
-        assert abs(m[0] - mc_mean) <= 0.02 * np.sqrt(mc_var), (user, item)
-        assert v[0] == pytest.approx(mc_var, rel=0.02), (user, item)
-
-
-def test_bilinear_state_round_trip_and_old_states_load_without_the_term() -> None:
-    pairs = np.array([[u, i] for u in range(-1, N_USERS) for i in range(-1, N_ITEMS)])
-    post = _post(_mf_module())
-    assert post.mf_rank == K_MF
-    again = MWGPPosterior.from_state_dict(post.state_dict())
-    for a, b in zip(post.predict(pairs), again.predict(pairs)):
-        np.testing.assert_array_equal(a, b)
-    plain = _post(_random_module(seed=3))
-    assert plain.mf_rank == 0
-    old = {k: v for k, v in plain.state_dict().items()
-           if k not in ("mf_mean", "mf_var", "mf_factors", "mf_level_var")}  # written before the term existed
-    restored = MWGPPosterior.from_state_dict(old)
-    assert restored.mf_rank == 0
-    for a, b in zip(plain.predict(pairs), restored.predict(pairs)):
-        np.testing.assert_array_equal(a, b)
-
-
-def test_incomplete_bilinear_states_and_variances_are_refused() -> None:
-    from mogp_surprise.core.laplace import level_variances
-
-    mod = _mf_module()
-    index = torch.as_tensor(_all_pairs())
-    with pytest.raises(ValueError, match="pass `mf_reg`"):
-        level_variances(mod, index, JITTER, embedding_reg=1.0, bias_reg=1.0)
-    spread = level_variances(mod, index, JITTER, embedding_reg=1.0, bias_reg=1.0, mf_reg=2.0)
-    with pytest.raises(ValueError, match="variances of its factors"):
-        _post(mod, level_variances=spread[:2])
-    state = _post(mod, level_variances=spread).state_dict()
-    with pytest.raises(ValueError, match="not its two factor tables"):
-        MWGPPosterior.from_state_dict({k: v for k, v in state.items() if k != "mf_factors"})
-    with pytest.raises(ValueError, match="not those of its bilinear factors"):
-        MWGPPosterior.from_state_dict({k: v for k, v in state.items() if k != "mf_level_var"})

@@ -116,10 +116,20 @@ def test_variants_fit_and_beat_global_mean(data, changes) -> None:
     assert _rmse(mean, test_y) < 0.7 * _rmse(np.full_like(test_y, y.mean()), test_y)
 
 
-def test_cold_start_predictions_after_fit(fitted: FitResult) -> None:
+def test_cold_start_predictions_after_fit(data, fitted: FitResult) -> None:
+    index, y, _, _ = data
     mean, var = fitted.posterior.predict(np.array([[-1, 0], [0, -1], [-1, -1]]))
     assert np.isfinite(mean).all() and (var > 0).all()
-    assert 1.0 < mean[2] < 5.0  # near the global rating level (3 + mean biases)
+    assert abs(mean[2] - y.mean()) < 0.1  # the global rating level (measured: 3.235 vs 3.235)
+    # an unseen user is predicted by the item's learned effect (and vice versa): their means follow the
+    # items' (users') average training ratings (measured correlations 0.997 and 0.992)
+    post = fitted.posterior
+    items, users = np.arange(N_ITEMS), np.arange(N_USERS)
+    by_item = post.predict(np.stack([np.full(N_ITEMS, -1), items], 1))[0]
+    by_user = post.predict(np.stack([users, np.full(N_USERS, -1)], 1))[0]
+    item_mean = np.array([y[index[:, 1] == i].mean() for i in items])
+    user_mean = np.array([y[index[:, 0] == u].mean() for u in users])
+    assert np.corrcoef(by_item, item_mean)[0, 1] > 0.95 and np.corrcoef(by_user, user_mean)[0, 1] > 0.95
 
 
 def test_all_equal_ratings(data) -> None:
@@ -186,43 +196,6 @@ def test_nan_message_points_at_first_bad_row() -> None:
 def test_valid_training_data_passes() -> None:
     validate_training_data(_IDX, _Y, (5, 4))
     validate_training_data(_IDX.astype(np.int32), _Y.astype(np.int64), (3, 4))
-
-
-@pytest.mark.parametrize("extras", [{}, {"heteroscedastic": True, "implicit": True, "mf_rank": 3}])
-def test_priors_as_weight_decay_give_the_same_adam_steps_as_the_explicit_log_prior(extras) -> None:
-    """The trainer moves the Gaussian priors into Adam's weight decay; the steps must be identical."""
-    from mogp_surprise.core.model import MWGPModule
-    from mogp_surprise.core.trainer import _adam
-
-    n, cfg = 500, MWGPConfig(embedding_reg=3.0, bias_reg=1.0, mf_reg=2.0, lr=0.05)
-    gen = torch.Generator().manual_seed(0)
-    index = torch.stack([torch.randint(0, 7, (n,), generator=gen), torch.randint(0, 5, (n,), generator=gen)], 1)
-    y = torch.randn(n, generator=gen, dtype=torch.float64)
-    modules = []
-    for _ in range(2):
-        mod = MWGPModule((7, 5), 2, 4, **extras).to(torch.float64)
-        mod.set_implicit_graph(index)
-        torch.manual_seed(1)
-        with torch.no_grad():
-            for p in mod.parameters():
-                p.add_(0.3 * torch.randn_like(p))
-        modules.append(mod)
-    ours = _adam(modules[0], cfg, n)
-    reference = torch.optim.Adam(modules[1].parameters(), lr=cfg.lr)  # plain Adam, prior in the loss
-    groups = {round(g["weight_decay"] * n, 12) for g in ours.param_groups}
-    assert groups == ({3.0, 2.0, 1.0, 0.0} if extras else {3.0, 1.0, 0.0})
-    for step in range(3):
-        rows = slice(100 * step, 100 * step + 100)
-        loss = -modules[0].elbo(index[rows], y[rows], n, 1e-6) / n
-        ours.zero_grad()
-        loss.backward()
-        ours.step()
-        loss = -modules[1].elbo(index[rows], y[rows], n, 1e-6, embedding_reg=3.0, bias_reg=1.0, mf_reg=2.0) / n
-        reference.zero_grad()
-        loss.backward()
-        reference.step()
-    for (name, a), (_, b) in zip(modules[0].named_parameters(), modules[1].named_parameters()):
-        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-9, atol=1e-12, err_msg=name)
 
 
 def test_epoch_times_are_reported(fitted: FitResult) -> None:

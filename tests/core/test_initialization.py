@@ -1,0 +1,76 @@
+"""Initial values (mogp_surprise.core.initialization): the seeded randomized SVD against LAPACK's SVD, and
+the PCA start, bilinear factors, inducing points and lengthscales of ``initialise``."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from mogp_surprise.core.initialization import INIT_SCALE, MF_INIT_SCALE, initialise, randomized_svd
+from mogp_surprise.core.model import MWGPModule
+
+N_USERS, N_ITEMS = 40, 30
+
+
+def _low_rank_ratings(rank: int = 2, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+    """Every (user, item) pair of a double-centred rank-``rank`` matrix (so the centring in ``initialise``
+    keeps it), as (index, y) and the dense matrix."""
+    rng = np.random.default_rng(seed)
+    a, b = rng.normal(size=(N_USERS, rank)), rng.normal(size=(N_ITEMS, rank))
+    dense = (a - a.mean(0)) @ (b - b.mean(0)).T
+    users, items = np.meshgrid(np.arange(N_USERS), np.arange(N_ITEMS), indexing="ij")
+    index = torch.as_tensor(np.stack([users.ravel(), items.ravel()], 1))
+    return index, torch.as_tensor(dense.ravel()), dense
+
+
+def test_randomized_svd_recovers_the_leading_singular_triplets_and_leaves_the_global_rng_alone() -> None:
+    rng = np.random.default_rng(1)
+    dense = rng.normal(size=(50, 3)) @ np.diag([5.0, 2.0, 1.0]) @ rng.normal(size=(3, 20)) \
+        + 1e-3 * rng.normal(size=(50, 20))
+    sparse = torch.as_tensor(dense).to_sparse()
+    state = torch.get_rng_state()
+    u, s, v = randomized_svd(sparse, 3, torch.Generator().manual_seed(0))
+    assert torch.equal(torch.get_rng_state(), state)
+    want_u, want_s, want_vh = np.linalg.svd(dense, full_matrices=False)
+    np.testing.assert_allclose(s.numpy(), want_s[:3], rtol=1e-8)
+    # the same singular vectors up to sign
+    np.testing.assert_allclose(np.abs((u.numpy() * want_u[:, :3]).sum(0)), 1.0, rtol=1e-8)
+    np.testing.assert_allclose(np.abs((v.numpy() * want_vh[:3].T).sum(0)), 1.0, rtol=1e-8)
+    again = randomized_svd(sparse, 3, torch.Generator().manual_seed(0))
+    assert all(torch.equal(x, y) for x, y in zip((u, s, v), again))
+
+
+def test_pca_start_reproduces_a_low_rank_rating_matrix() -> None:
+    """The user and item embeddings' inner products are proportional to the centred ratings, each table is
+    scaled to an overall std of INIT_SCALE with centred columns."""
+    index, y, dense = _low_rank_ratings()
+    mod = MWGPModule((N_USERS, N_ITEMS), 2, 8).double()
+    initialise(mod, index, y, "pca", torch.Generator().manual_seed(0))
+    a, b = (e.detach().numpy() for e in mod.embeddings)
+    product = a @ b.T
+    scale = (product * dense).sum() / (dense * dense).sum()
+    np.testing.assert_allclose(product, scale * dense, atol=1e-8 * np.abs(product).max())
+    for table in (a, b):
+        assert table.std(ddof=1) == pytest.approx(INIT_SCALE, rel=1e-10)  # torch.std: unbiased
+        np.testing.assert_allclose(table.mean(0), 0.0, atol=1e-12)
+
+
+def test_initial_factors_inducing_points_and_lengthscales() -> None:
+    index, y, _ = _low_rank_ratings()
+    r, m = 3, 16
+    mod = MWGPModule((N_USERS, N_ITEMS), r, m, mf_rank=4).double()
+    initialise(mod, index, y, "random", torch.Generator().manual_seed(2))
+    assert mod.mf_factors[0].abs().max() == 0  # p_u = 0: the mean function starts as the bias model
+    assert float(mod.mf_factors[1].detach().std()) == pytest.approx(MF_INIT_SCALE, rel=0.25)
+    assert float(mod.embeddings[0].detach().std()) == pytest.approx(INIT_SCALE, rel=0.2)
+    np.testing.assert_allclose(mod.lengthscale().detach().numpy(), INIT_SCALE * math.sqrt(2 * r), rtol=1e-12)
+    # every inducing point is a training tuple's GP input plus a little noise (0.05 * INIT_SCALE per entry)
+    features = mod.features(index).detach()
+    nearest = torch.cdist(mod.inducing.detach(), features).min(1).values
+    assert float(nearest.max()) < 0.05 * INIT_SCALE * 5 * math.sqrt(2 * r)
+    assert float(torch.cdist(mod.inducing.detach(), mod.inducing.detach()).add(torch.eye(m)).min()) > 0
+    same = MWGPModule((N_USERS, N_ITEMS), r, m, mf_rank=4).double()
+    initialise(same, index, y, "random", torch.Generator().manual_seed(2))
+    assert all(torch.equal(p, q) for p, q in zip(mod.parameters(), same.parameters()))
