@@ -288,7 +288,7 @@ def _check_target(y: Any, n_rows: int) -> np.ndarray:
     if not np.isfinite(arr).all():
         pos = int(np.flatnonzero(~np.isfinite(arr))[0])
         raise ValueError(f"y must be finite; found {int((~np.isfinite(arr)).sum())} NaN/inf ratings "
-                         f"(first at row {pos}: {arr[pos]!r})")
+                         f"(first at row {pos}: {float(arr[pos])!r})")
     return arr
 
 

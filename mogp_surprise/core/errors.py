@@ -25,4 +25,4 @@ def check_finite_ratings(ratings: np.ndarray, where: str = "", at: str = "row") 
     if bad.any():
         pos = int(np.flatnonzero(bad)[0])
         raise ValueError(f"{where}ratings must be finite; {int(bad.sum())} are NaN/inf (first at {at} {pos}: "
-                         f"{ratings[pos]!r})")
+                         f"{float(ratings[pos])!r})")

@@ -226,35 +226,6 @@ def test_bad_arguments(kwargs, match):
         load_ratings(**kwargs)
 
 
-@pytest.mark.parametrize("name, relative, text, problem", [
-    ("ml-100k", "u.data", "1\t2\t3\t4\n1\t2\t3\t4\t5\t6\n", "Expected 4 fields"),
-    ("ml-100k", "u.data", "1\t2\tgood\t4\n", "could not convert"),
-    ("ml-100k", "u.data", "1\t2\t3\n", r"expected tab-separated 'user item rating timestamp'"),
-    ("ml-100k", "u.data", "1\t2\t\t4\n", "NaN rating"),
-    ("ml-100k", "u.data", "1\t2\t6\t4\n", r"outside the rating scale \[1.0, 5.0\], first 6.0"),
-    ("ml-100k", "u.data", "\t2\t3\t4\n", "'user' is empty"),
-    ("ml-100k", "u.data", "", "holds no ratings"),
-    ("ml-1m", "ratings.dat", "1:2:3:4\n", "expected 'user::item::rating::timestamp'"),
-    ("ml-10m", "ratings.dat", "1::2::0.25::4\n", "outside the rating scale"),
-    ("jester", "jester_ratings.dat", "1 2 10.5\n", "outside the rating scale"),
-])
-def test_malformed_file_names_file_and_problem(tmp_path, name, relative, text, problem):
-    (tmp_path / relative).write_text(text)
-    with pytest.raises(ValueError, match=problem) as info:
-        load_ratings(name, tmp_path)
-    assert str(tmp_path / relative) in str(info.value)
-
-
-def test_csv_without_required_header(tmp_path):
-    import gzip
-
-    with gzip.open(tmp_path / "ratings.csv.gz", "wt") as handle:
-        handle.write("userId,movieId,rating\n1,2,3\n")
-    with pytest.raises(ValueError, match=r"missing \['user', 'item'\]") as info:
-        load_ratings("ml-1m", tmp_path)
-    assert "ratings.csv.gz" in str(info.value)
-
-
 # --- Surprise datasets and summaries -------------------------------------------------------------
 
 def test_to_surprise_dataset_infers_scale_and_keeps_ids():
