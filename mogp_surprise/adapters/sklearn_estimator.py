@@ -67,7 +67,8 @@ class MWGPRegressor(HyperParamsMixin, UserModelMixin, RegressorMixin, BaseEstima
         return self
 
     def predict_dist(self, X: Any, include_noise: bool = True) -> tuple[np.ndarray, np.ndarray]:
-        """Predictive mean and variance, each of shape (n_samples,).
+        """Predictive mean (not clipped) and variance, each of shape (n_samples,); an id unseen in ``fit`` gets
+        the cold-start answer (the same contract as :meth:`mogp_surprise.MWGP.predict_dist`).
 
         ``include_noise=False`` gives the variance of the latent preference f instead of the
         observed rating.
