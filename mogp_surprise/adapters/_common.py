@@ -58,10 +58,7 @@ class IdEncoder:
 
     def __init__(self, name: str, classes: Sequence[Any] | np.ndarray) -> None:
         self.name = name
-        if isinstance(classes, (np.ndarray, pd.Index)):
-            self.classes_ = pd.Index(_as_object(classes)) if len(classes) else pd.Index([])
-        else:  # a list (e.g. from a saved file): pandas keeps mixed int / str ids as they are
-            self.classes_ = pd.Index(list(classes), dtype=None if len(classes) else object)
+        self.classes_ = pd.Index(_as_object(classes)) if len(classes) else pd.Index([], dtype=object)
 
     @classmethod
     def fit(cls, name: str, values: Sequence[Any] | np.ndarray) -> tuple["IdEncoder", np.ndarray]:
@@ -81,8 +78,18 @@ class IdEncoder:
 
 
 def _as_object(values) -> np.ndarray:
-    arr = np.asarray(values)
-    return arr.astype(object) if arr.dtype.kind in "OUS" else arr
+    """Raw ids as a 1-D array in which every id keeps its own type: from a list ``[1, "a"]`` stay an int
+    and a str (``np.asarray`` would make both strings) and a tuple stays one id."""
+    if isinstance(values, (np.ndarray, pd.Index, pd.Series)):
+        arr = np.asarray(values)
+        return arr.astype(object) if arr.dtype.kind in "OUS" else arr
+    values = list(values)
+    if values and all(type(v) is int for v in values):  # the common case: an int64 array (fast lookups)
+        try:
+            return np.array(values, dtype=np.int64)
+        except OverflowError:
+            pass
+    return np.fromiter(values, dtype=object, count=len(values))
 
 
 def check_id_column(name: str, values: np.ndarray) -> None:

@@ -54,10 +54,10 @@ class PredictiveAlgo(AlgoBase):
         return state
 
     def _inner_ids(self, name: str, raw: Sequence[Any]) -> np.ndarray:
-        fitted = self._check_fitted()
+        self._check_fitted()
         users, items = self._encoders()
-        owner = fitted if type(fitted).__weakrefoffset__ else self.trainset  # warnings: once per fitted model
-        return encode_ids(owner, users if name == "user" else items, raw)
+        # the encoders belong to this fitted model and its training set: an id mix-up warns once per model
+        return encode_ids(users, users if name == "user" else items, raw)
 
     def _inner_index(self, users: Sequence[Any], items: Sequence[Any]) -> np.ndarray:
         """(n, 2) inner indices of raw ids, -1 for ids not in the training data."""
@@ -137,8 +137,8 @@ def _details(var: float, index: np.ndarray) -> dict[str, Any]:
 
 
 def _is_scalar_id(ids: Any) -> bool:
-    # raw ids are scalars (str, int, ...); a tuple is left alone as a possible raw id
-    return isinstance(ids, (str, bytes, tuple)) or np.ndim(ids) == 0
+    # raw ids are scalars (str, int, ...); a list, tuple, array or Series holds several
+    return isinstance(ids, (str, bytes)) or np.ndim(ids) == 0
 
 
 def _describe(ids: Any) -> str:

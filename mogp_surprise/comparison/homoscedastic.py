@@ -15,7 +15,8 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-from surprise import AlgoBase, PredictionImpossible, Trainset
+import pandas as pd
+from surprise import AlgoBase, Dataset, PredictionImpossible, Reader, Trainset
 from surprise.prediction_algorithms.predictions import Prediction
 
 from ..adapters.predictive import PredictiveAlgo
@@ -119,26 +120,22 @@ class HomoscedasticBaseline(PredictiveAlgo):
         return self
 
     def _holdout_variance(self, trainset: Trainset) -> float:
-        """Mean squared residual of the clipped estimates of a copy fitted without a held-out share."""
-        ratings = list(trainset.all_ratings())
+        """Mean squared residual of the clipped predictions of a copy fitted without a held-out share.
+
+        The copy gets a training set of the kept ratings alone (built as Surprise builds one), so a
+        user or item whose every rating is held out is unknown to it, as a new one is at test time.
+        """
+        ratings = [(trainset.to_raw_uid(u), trainset.to_raw_iid(i), r) for u, i, r in trainset.all_ratings()]
         rng = np.random.default_rng(self.random_state)
         n_out = min(len(ratings) - 1, max(1, int(round(self.holdout * len(ratings)))))
         order = rng.permutation(len(ratings))
-        kept = [ratings[k] for k in order[n_out:]]
-        held = [ratings[k] for k in order[:n_out]]
-        ur: dict[int, list] = {}
-        ir: dict[int, list] = {}
-        for u, i, r in kept:
-            ur.setdefault(u, []).append((i, r))
-            ir.setdefault(i, []).append((u, r))
-        # the same raw <-> inner ids; a user or item with no kept rating is unknown to the copy
-        part = Trainset(ur, ir, trainset.n_users, trainset.n_items, len(kept), trainset.rating_scale,
-                        trainset._raw2inner_id_users, trainset._raw2inner_id_items)
+        kept = pd.DataFrame([ratings[k] for k in order[n_out:]], columns=["user", "item", "rating"])
+        part = Dataset.load_from_df(kept, Reader(rating_scale=trainset.rating_scale)).build_full_trainset()
         probe = copy.deepcopy(self.algo)
         probe.fit(part)
-        est = np.array([_point_estimate(probe, part, u, i) for u, i, _ in held])
-        residuals = np.array([r for _, _, r in held]) - np.clip(est, *trainset.rating_scale)
-        return float(np.mean(residuals ** 2))
+        held = [ratings[k] for k in order[:n_out]]
+        residuals = [r - probe.predict(u, i, clip=True).est for u, i, r in held]
+        return float(np.mean(np.square(residuals)))
 
     # -- prediction -----------------------------------------------------------
     def _moments(self, index: np.ndarray, include_noise: bool = True) -> tuple[np.ndarray, np.ndarray]:

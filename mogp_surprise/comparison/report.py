@@ -37,8 +37,9 @@ def summary_markdown(summary: pd.DataFrame, settings: dict[str, Any]) -> str:
     lines += ["", f"Mean ± std over {settings['n_folds']} folds (Surprise KFold, shuffle, "
               f"random_state={settings['random_state']}); identical folds for every algorithm. "
               "q = share of test ratings kept, the most confident first (lowest predictive std). "
-              "'homoscedastic': a point-estimate algorithm given one residual variance estimated on its "
-              "training data: its QP curve carries no information (all stds tie; ties keep test-set order) and its "
+              "'homoscedastic': a point-estimate algorithm given one residual variance, estimated on 10 % of "
+              "its training ratings held out from a second fit: its QP curve carries no information (all stds "
+              "tie; ties keep test-set order) and its "
               "NLL/CRPS/coverage use that single variance."]
     return "\n".join(lines) + "\n"
 

@@ -36,6 +36,11 @@ def test_id_encoder_matches_by_value_and_type_in_order_of_appearance():
     assert again.transform(np.array(["196", "a"], dtype=object)).tolist() == [1, 2]
     ints, _ = IdEncoder.fit("item", np.array([5, 3, 5]))
     assert ints.transform(np.array([3, 4])).tolist() == [1, -1]
+    # plain lists (Surprise testsets, recommend_many) keep every id's own type: 1 is not "1", a tuple is one id
+    mixed = IdEncoder("user", [1, "a", 2, ("t", 1)])
+    assert mixed.transform([1, "a", 2, ("t", 1), "1", 3]).tolist() == [0, 1, 2, 3, -1, -1]
+    assert mixed.transform([2]).tolist() == [2] and mixed.transform(["a"]).tolist() == [1]  # whatever else is asked
+    assert IdEncoder("user", [7, 2**70]).transform([2**70, 7]).tolist() == [1, 0]  # ints beyond int64
 
 
 @pytest.mark.parametrize("value, twin", [("196", 196), (196, "196"), (" 7 ", 7), ("-4", -4), (np.int64(3), "3"),

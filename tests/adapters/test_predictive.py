@@ -65,3 +65,18 @@ def test_unfitted_says_so():
         _Linear().predict_dist([("a", "x")])
     with pytest.raises(NotFittedError, match="not fitted"):
         _Linear().test([("a", "x", 1.0)])
+
+
+def test_mixed_int_and_str_ids_give_each_pair_the_same_answer_whatever_else_is_asked():
+    """Raw ids keep their type in a batch: user 1 is found next to user "a", and "1" is another id."""
+    from surprise import Dataset, Reader
+
+    df = pd.DataFrame({"user": [1, 1, "a", 2], "item": [10, "x", 10, "x"], "rating": [1, 2, 3, 4]})
+    algo = _Linear().fit(Dataset.load_from_df(df, Reader(rating_scale=(1, 5))).build_full_trainset())
+    pairs = [(1, 10, 3.0), ("a", "x", 3.0), (2, 10, 1.0), ("1", 10, 2.0)]
+    batch = algo.test(pairs)
+    assert [(p.est, p.details) for p in batch] == [(p.est, p.details) for p in (algo.predict(*t) for t in pairs)]
+    assert [p.details["unknown_user"] for p in batch] == [False, False, False, True]
+    mean, var = algo.predict_dist((1, "a"), (10, "x"))  # tuples (and lists, arrays) hold several ids
+    np.testing.assert_array_equal(mean, [algo.predict(1, 10, clip=False).est, algo.predict("a", "x", clip=False).est])
+    assert var.shape == (2,)

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 surprise = pytest.importorskip("surprise", reason="scikit-surprise not installed")
-from surprise import SVD, BaselineOnly, Dataset, KNNBasic, Reader  # noqa: E402
+from surprise import NMF, SVD, BaselineOnly, CoClustering, Dataset, KNNBaseline, KNNBasic, Reader, SlopeOne, SVDpp  # noqa: E402,E501
 from surprise.model_selection import cross_validate, train_test_split  # noqa: E402
 
 from mogp_surprise.comparison.homoscedastic import HomoscedasticBaseline  # noqa: E402
@@ -151,3 +151,20 @@ def test_works_with_surprise_cross_validate(data):
     algo = HomoscedasticBaseline(SVD(n_factors=2, n_epochs=5, random_state=0))
     result = cross_validate(algo, data, measures=["rmse", "mae"], cv=2, n_jobs=1)
     assert len(result["test_rmse"]) == 2 and np.all(result["test_rmse"] > 0)
+
+
+@pytest.mark.parametrize("make", [lambda: BaselineOnly(verbose=False), lambda: SVDpp(n_epochs=3, random_state=0),
+                                  SlopeOne, lambda: CoClustering(random_state=0), lambda: NMF(random_state=0),
+                                  lambda: KNNBaseline(verbose=False)],
+                         ids=["BaselineOnly", "SVDpp", "SlopeOne", "CoClustering", "NMF", "KNNBaseline"])
+def test_sparse_data_where_the_holdout_takes_every_rating_of_some_users(make):
+    """Held out, a user's or item's only ratings make it unknown to the copy, as at test time."""
+    rng = np.random.default_rng(0)
+    users = np.concatenate([np.arange(60), rng.integers(0, 20, 240)])  # users 20..59 have one rating
+    df = pd.DataFrame({"user": users, "item": rng.integers(0, 30, len(users)), "rating": rng.integers(1, 6, len(users))})
+    df = df.drop_duplicates(["user", "item"])
+    trainset = Dataset.load_from_df(df, Reader(rating_scale=(1, 5))).build_full_trainset()
+    algo = HomoscedasticBaseline(make(), holdout=0.2, random_state=0).fit(trainset)
+    assert np.isfinite(algo.var_) and 0.3 < algo.var_ < 6  # ratings uniform on 1..5: variance 2, errors ~ 1.5-2.5
+    mean, var = algo.predict_dist([(trainset.to_raw_uid(0), trainset.to_raw_iid(0)), ("nobody", "nothing")])
+    assert np.isfinite(mean).all() and (var == algo.var_).all()
