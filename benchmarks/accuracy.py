@@ -10,14 +10,13 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import table, write_json  # noqa: E402
 
-from mogp_surprise.comparison import ALGORITHMS  # noqa: E402
-from mogp_surprise.evaluation import arrays_from_predictions, qp_curve, uncertainty_report  # noqa: E402
+from mogp_surprise.comparison import ALGORITHMS, predictive_arrays  # noqa: E402
 from mogp_surprise.comparison.data import load_or_synthesize, synthetic  # noqa: E402
+from mogp_surprise.evaluation import qp_curve, uncertainty_report  # noqa: E402
 
 
 def main(argv=None) -> dict:
@@ -45,7 +44,7 @@ def main(argv=None) -> dict:
             print(f"skipping {key}: {exc}")
             continue
         start = time.perf_counter()
-        y, mean, std = arrays_from_predictions(algo.test(testset))
+        y, mean, std = predictive_arrays(algo, testset, trainset.rating_scale)
         test_s = time.perf_counter() - start
         curve = qp_curve(y, mean, std, quantiles=[0.8, 0.9, 1.0]).set_index("quantile")
         rep = uncertainty_report(y, mean, std)
