@@ -163,7 +163,7 @@ def id_twin(value: Any) -> Any:
     return None
 
 
-# fitted models (their posterior or training set) that already warned about an id mix-up, per factor name
+# fitted models (their posterior or encoders) that already warned about an id mix-up, per factor name
 _TWIN_WARNED: "weakref.WeakKeyDictionary[Any, set[str]]" = weakref.WeakKeyDictionary()
 _MAX_TWIN_CHECKS = 10_000
 
@@ -171,8 +171,9 @@ _MAX_TWIN_CHECKS = 10_000
 def encode_ids(owner: Any, encoder: IdEncoder, values: Sequence[Any] | np.ndarray) -> np.ndarray:
     """Inner indices of raw ids of one factor, -1 for unseen ones: the one id path of both adapters.
 
-    ``owner`` stands for the fitted model (its posterior, or its training set): an unseen id that is a
-    known id spelt with the other type warns once per owner and factor (:func:`warn_id_twins`).
+    ``owner`` stands for the fitted model (an object that lives as long as the fit: its posterior, or its
+    encoders): an unseen id that is a known id spelt with the other type warns once per owner and factor
+    (:func:`warn_id_twins`).
     """
     codes = encoder.transform(values)
     warn_id_twins(owner, encoder.name, values, codes, encoder.__contains__)
@@ -219,10 +220,9 @@ class UserModelMixin:
     An adapter provides where its ids and ratings live: ``_user_codes`` / ``_item_codes`` (raw ids
     -> inner indices, -1 unseen), ``_raw_items()`` (raw item id of every inner index),
     ``_known_ratings(user)`` (a known user's training (items, ratings); ratings None in model files
-    written before fold-in existed), ``_check_fitted()`` (the
-    posterior, or the adapter's not-fitted error), ``_rating_range()``
-    ((low, high) or None, and its name for messages) and ``_store_user`` (record a folded-in
-    user's ratings). The fitted posterior is ``posterior_``.
+    written before fold-in existed), ``_check_fitted()`` (the posterior, or the adapter's not-fitted
+    error), ``_rating_range()`` ((low, high) or None, and its name for messages) and
+    ``_store_user`` (record a folded-in user's ratings). The fitted posterior is ``posterior_``.
     """
 
     _user_label = "user"  # how messages name the first id column
