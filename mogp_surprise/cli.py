@@ -108,24 +108,42 @@ def _fit(args: argparse.Namespace) -> int:
     import time
 
     from .adapters.surprise_algo import MWGP
+    from .core.config import MWGPConfig
+    from .core.distributed import init_from_env, launched_by_torchrun, shutdown
     from .datasets import load_item_titles, load_ratings, to_surprise_dataset
 
-    if args.ratings:
-        df = _read_ratings_file(args.ratings, args.sep)
-        scale = tuple(args.rating_scale) if args.rating_scale else (float(df.rating.min()), float(df.rating.max()))
-        titles, source = None, f"{args.ratings} ({len(df):,} ratings)"
-    else:
-        df = load_ratings(args.dataset, data_dir=args.data_dir, download=not args.no_download)
-        from .datasets import DATASETS
-        scale = tuple(args.rating_scale) if args.rating_scale else DATASETS[args.dataset].rating_scale
-        titles, source = load_item_titles(args.dataset, args.data_dir), f"{args.dataset} ({len(df):,} ratings)"
-    trainset = to_surprise_dataset(df[["user", "item", "rating"]], rating_scale=scale).build_full_trainset()
     params = {"random_state": args.seed, **(json.loads(args.params) if args.params else {})}
-    print(f"Fitting MW-GP on {source}: {trainset.n_users:,} users, {trainset.n_items:,} items, rating scale "
-          f"{scale[0]:g}..{scale[1]:g}")
-    started = time.perf_counter()
-    algo = MWGP(**params, verbose=not args.no_progress).fit(trainset)
-    elapsed = time.perf_counter() - started
+    distributed = launched_by_torchrun()
+    main_rank = True
+    if distributed:  # under torchrun: one model trained by every process; rank 0 reports and saves
+        config = MWGPConfig(**{k: v for k, v in params.items() if k in MWGPConfig.names()})
+        main_rank = init_from_env(config.torch_device()).is_main
+        if not main_rank:
+            logging.getLogger().setLevel(logging.ERROR)
+    say = print if main_rank else (lambda *a, **k: None)
+    try:
+        if args.ratings:
+            df = _read_ratings_file(args.ratings, args.sep)
+            scale = tuple(args.rating_scale) if args.rating_scale else (float(df.rating.min()), float(df.rating.max()))
+            titles, source = None, f"{args.ratings} ({len(df):,} ratings)"
+        else:
+            df = load_ratings(args.dataset, data_dir=args.data_dir, download=not args.no_download)
+            from .datasets import DATASETS
+            scale = tuple(args.rating_scale) if args.rating_scale else DATASETS[args.dataset].rating_scale
+            titles, source = load_item_titles(args.dataset, args.data_dir), f"{args.dataset} ({len(df):,} ratings)"
+        trainset = to_surprise_dataset(df[["user", "item", "rating"]], rating_scale=scale).build_full_trainset()
+        say(f"Fitting MW-GP on {source}: {trainset.n_users:,} users, {trainset.n_items:,} items, rating scale "
+            f"{scale[0]:g}..{scale[1]:g}" + (f"; data-parallel on {_world()} processes" if distributed else ""))
+        started = time.perf_counter()
+        algo = MWGP(**params, verbose=main_rank and not args.no_progress).fit(
+            trainset, checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every, resume=args.resume,
+            distributed=distributed)
+        elapsed = time.perf_counter() - started
+    finally:
+        if distributed:
+            shutdown()
+    if not main_rank:
+        return 0
     if titles is not None:
         algo.item_names_ = titles
     algo.save(args.out)
@@ -136,6 +154,12 @@ def _fit(args: argparse.Namespace) -> int:
           f"training RMSE {np.sqrt(np.mean((est - y) ** 2)):.4f}, MAE {np.mean(np.abs(est - y)):.4f}. "
           f"Saved to {args.out}")
     return 0
+
+
+def _world() -> int:
+    import os
+
+    return int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def _read_ratings_file(path: str, sep: str):
@@ -291,7 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--no-progress", action="store_true", help="no progress bars")
     cmp_.set_defaults(func=_compare)
 
-    fit = sub.add_parser("fit", help="fit MW-GP on a data set or a ratings file and save the model", **fmt)
+    fit = sub.add_parser("fit", help="fit MW-GP on a data set or a ratings file and save the model (under "
+                                     "torchrun: data-parallel on every process)", **fmt)
     src = fit.add_mutually_exclusive_group()
     src.add_argument("--dataset", default="ml-100k", choices=["ml-100k", "ml-1m", "ml-10m", "jester"],
                      help="a built-in data set (item titles are kept where the data set has them)")
@@ -302,6 +327,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="rating scale (None: the data set's, or the file's smallest and largest rating)")
     fit.add_argument("--out", default="model.pt", help="where to save the model")
     fit.add_argument("--seed", type=int, default=0, help="random_state of the fit")
+    fit.add_argument("--checkpoint", default=None, metavar="FILE",
+                     help="save the training state to FILE every --checkpoint-every epochs (None: no checkpoints)")
+    fit.add_argument("--checkpoint-every", type=int, default=1, metavar="K", help="epochs between checkpoints")
+    fit.add_argument("--resume", action="store_true",
+                     help="continue from --checkpoint if it exists (same data and parameters)")
     _data_options(fit)
     fit.add_argument("--no-progress", action="store_true", help="no progress bar")
     fit.set_defaults(func=_fit)
@@ -339,6 +369,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, TypeError, FileNotFoundError, OSError, ImportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except RuntimeError as exc:
+        from .core.distributed import DistributedError
+
+        if not isinstance(exc, DistributedError):
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

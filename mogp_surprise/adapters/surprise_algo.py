@@ -9,6 +9,8 @@ import torch
 from surprise import AlgoBase, Trainset
 
 from ..core.config import MWGPConfig
+from ..core.checkpoint import Checkpointing
+from ..core.distributed import DataParallel
 from ..core.trainer import fit_mwgp
 from ._common import PARAMS_DOC, HyperParamsMixin, UserModelMixin, check_id_column, plain_id, trainset_arrays
 from .persistence import load_model, save_model
@@ -60,8 +62,24 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
         return f"MWGP({', '.join(f'{k}={v!r}' for k, v in changed.items())})"
 
     # -- training ------------------------------------------------------------------------------
-    def fit(self, trainset: Trainset) -> "MWGP":
-        """Train on a Surprise ``Trainset`` (the model is rebuilt from scratch)."""
+    def fit(self, trainset: Trainset, *, checkpoint=None, checkpoint_every: int = 1, resume: bool = False,
+            distributed: bool = False) -> "MWGP":
+        """Train on a Surprise ``Trainset`` (the model is rebuilt from scratch).
+
+        Parameters
+        ----------
+        trainset : surprise.Trainset
+        checkpoint : str or path-like, optional
+            Save the training state to this file every ``checkpoint_every`` epochs.
+        checkpoint_every : int, default=1
+        resume : bool, default=False
+            Continue from ``checkpoint`` if that file exists (same data and hyper-parameters); the
+            result equals an uninterrupted fit.
+        distributed : bool, default=False
+            Train data-parallel over the processes of the current ``torch.distributed`` process
+            group (launched with ``torchrun``; see docs/scaling.md). Every process passes the same
+            trainset and gets the same model; only rank 0 writes the checkpoint.
+        """
         if not isinstance(trainset, Trainset):
             raise TypeError(f"MWGP.fit expects a surprise Trainset (e.g. data.build_full_trainset() or a fold from "
                             f"a cross-validation iterator), got {type(trainset).__name__}")
@@ -75,7 +93,10 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
             raise ValueError(f"ratings must be finite; {int(bad.sum())} are NaN/inf (first: user "
                              f"{trainset.to_raw_uid(int(u))!r}, item {trainset.to_raw_iid(int(i))!r})")
         AlgoBase.fit(self, trainset)
-        result = fit_mwgp(index, ratings, (trainset.n_users, trainset.n_items), config)
+        result = fit_mwgp(index, ratings, (trainset.n_users, trainset.n_items), config,
+                          parallel=DataParallel.from_process_group() if distributed else None,
+                          checkpointing=None if checkpoint is None else Checkpointing(checkpoint, checkpoint_every,
+                                                                                      resume))
         self.posterior_ = result.posterior
         self.loss_history_ = result.loss_history
         self.fit_time_ = result.fit_time

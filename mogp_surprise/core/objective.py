@@ -147,16 +147,25 @@ def log_prior(module: MWGPModule, embedding_reg: float, bias_reg: float, mf_reg:
 
 # -- the minibatch ELBO -----------------------------------------------------------------------------------
 def elbo(module: MWGPModule, index: Tensor, y: Tensor, n_data: int, jitter: float, kl_weight: float = 1.0,
-         embedding_reg: float = 0.0, bias_reg: float = 0.0, mf_reg: float = 0.0) -> Tensor:
+         embedding_reg: float = 0.0, bias_reg: float = 0.0, mf_reg: float = 0.0,
+         batch_size: int | None = None, share: float = 1.0) -> Tensor:
     """Unbiased minibatch estimate of the ELBO plus the log prior of embeddings, factors and biases.
 
     The trainer passes ``embedding_reg = bias_reg = mf_reg = 0`` and applies those priors through
     Adam's weight decay (same gradient, no pass over every table row per step).
+
+    Data-parallel training (:mod:`.distributed`): ``index``, ``y`` are one process's shard of a
+    minibatch of ``batch_size`` ratings (default: the shard is the minibatch) and ``share`` (1 / number
+    of processes) weights the terms that do not depend on the ratings, so that the processes'
+    values (and gradients) add up to this function's value on the whole minibatch.
     """
     terms = module.whitened_terms(jitter)
-    out = expected_log_lik(module, index, y, terms) * (n_data / index.shape[0]) - kl_weight * terms.kl
+    batch_size = index.shape[0] if batch_size is None else batch_size
+    out = -kl_weight * share * terms.kl
+    if index.shape[0]:
+        out = out + expected_log_lik(module, index, y, terms) * (n_data / batch_size)
     if module.heteroscedastic:
-        out = out - noise_kl(module)
+        out = out - share * noise_kl(module)
     if embedding_reg or bias_reg or mf_reg:
-        out = out + log_prior(module, embedding_reg, bias_reg, mf_reg)
+        out = out + share * log_prior(module, embedding_reg, bias_reg, mf_reg)
     return out

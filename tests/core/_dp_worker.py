@@ -1,0 +1,60 @@
+"""One process of a data-parallel test run (started by tests/core/test_distributed.py, never collected).
+
+    python _dp_worker.py CONFIG_JSON OUT [--die-at-step K] [--rank-data]
+
+Fits seeded synthetic ratings with ``fit_mwgp`` (data-parallel when WORLD_SIZE > 1) and saves the
+posterior's state from rank 0 to OUT; prints ``ERROR <type>: <message>`` on a failure.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+
+from mogp_surprise.core import MWGPConfig, fit_mwgp
+from mogp_surprise.core.distributed import DataParallel, init_from_env, shutdown
+
+
+def data(shift: int = 0):
+    rng = np.random.default_rng(7)
+    n, n_users, n_items = 3000, 60, 40
+    index = np.stack([rng.integers(0, n_users, n), rng.integers(0, n_items, n)], 1)
+    a, b = rng.normal(size=(n_users, 2)), rng.normal(size=(n_items, 2))
+    y = np.clip(np.round(3 + (a[index[:, 0]] * b[index[:, 1]]).sum(1) + rng.normal(0, 0.5, n)), 1, 5)
+    return index[shift:], y[shift:], (n_users, n_items)
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    config = MWGPConfig(**json.loads(sys.argv[1]))
+    out = sys.argv[2]
+    parallel = init_from_env() if int(os.environ.get("WORLD_SIZE", "1")) > 1 else None
+    if "--die-at-step" in sys.argv and parallel is not None and parallel.rank == 1:
+        die_at = int(sys.argv[sys.argv.index("--die-at-step") + 1])
+        calls = []
+        original = DataParallel.all_reduce_gradients
+
+        def dying(self, *args, **kwargs):
+            calls.append(1)
+            if len(calls) == die_at:
+                os._exit(17)  # a crash: no exception, no goodbye to the other rank
+            return original(self, *args, **kwargs)
+        DataParallel.all_reduce_gradients = dying
+    shift = parallel.rank if ("--rank-data" in sys.argv and parallel is not None) else 0
+    index, y, levels = data(shift)
+    try:
+        result = fit_mwgp(index, y, levels, config, parallel=parallel)
+    except Exception as exc:  # report to the test, which checks the message
+        print(f"ERROR {type(exc).__name__}: {exc}", flush=True)
+        sys.exit(3)
+    finally:
+        shutdown()
+    if parallel is None or parallel.is_main:
+        torch.save(result.posterior.state_dict(), out)
+
+
+if __name__ == "__main__":
+    main()

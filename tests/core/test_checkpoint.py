@@ -1,0 +1,123 @@
+"""Checkpoints: an interrupted fit, resumed, gives the model of an uninterrupted one."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from mogp_surprise.core import MWGPConfig, fit_mwgp
+from mogp_surprise.core import trainer
+from mogp_surprise.core.checkpoint import Checkpointing
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(5)
+    n, levels = 1500, (50, 30)
+    index = np.stack([rng.integers(0, levels[0], n), rng.integers(0, levels[1], n)], 1)
+    a, b = rng.normal(size=(levels[0], 2)), rng.normal(size=(levels[1], 2))
+    y = np.clip(np.round(3 + (a[index[:, 0]] * b[index[:, 1]]).sum(1) + rng.normal(0, 0.3, n)), 1, 5)
+    return index, y, levels
+
+
+def config(**changes) -> MWGPConfig:
+    return MWGPConfig(**{"n_inducing": 16, "n_epochs": 4, "random_state": 0, "batch_size": 256,
+                         "early_stopping": False, **changes})
+
+
+class Stop(Exception):
+    pass
+
+
+def interrupt_after(monkeypatch, saves: int) -> None:
+    """Make the fit die right after its ``saves``-th checkpoint was written (a crash after the write)."""
+    original, count = trainer._Saver.save, []
+
+    def save(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        count.append(1)
+        if len(count) == saves:
+            raise Stop
+    monkeypatch.setattr(trainer._Saver, "save", save)
+
+
+def same_posterior(a, b) -> bool:
+    sa, sb = a.posterior.state_dict(), b.posterior.state_dict()
+
+    def eq(x, y):
+        if isinstance(x, dict):
+            return x.keys() == y.keys() and all(eq(x[k], y[k]) for k in x)
+        if isinstance(x, (list, tuple)):
+            return len(x) == len(y) and all(eq(u, v) for u, v in zip(x, y))
+        return torch.equal(x, y) if torch.is_tensor(x) else x == y
+    return eq(sa, sb)
+
+
+@pytest.mark.parametrize("changes, saves", [
+    ({}, 2),  # stopped after epoch 2 of 4
+    ({"early_stopping": True}, 1),  # stopped while choosing the number of epochs
+    ({"early_stopping": True}, 5),  # stopped in the final run, after its first epoch
+    ({"noise": "homoscedastic", "implicit": False, "mf_rank": 0}, 3),
+], ids=["default", "while-choosing-epochs", "final-run", "paper-model"])
+def test_a_resumed_fit_equals_an_uninterrupted_one(tmp_path, monkeypatch, data, changes, saves):
+    cfg = config(**changes)
+    whole = fit_mwgp(*data, cfg)
+    path = tmp_path / "fit.ckpt"
+    with monkeypatch.context() as patch:
+        interrupt_after(patch, saves)
+        with pytest.raises(Stop):
+            fit_mwgp(*data, cfg, checkpointing=Checkpointing(path))
+    assert path.exists()
+    resumed = fit_mwgp(*data, cfg, checkpointing=Checkpointing(path, resume=True))
+    assert same_posterior(whole, resumed)
+    assert resumed.loss_history == whole.loss_history
+    assert resumed.validation_rmse == whole.validation_rmse and resumed.n_epochs == whole.n_epochs
+    assert len(resumed.loss_history) > 1 and (saves < 4 or whole.n_epochs > 1)  # interrupted mid-run
+    # and the comparison can fail: a different seed is a different model
+    assert not same_posterior(whole, fit_mwgp(*data, config(**changes, random_state=1)))
+
+
+def test_checkpoints_every_k_epochs_and_after_the_last(tmp_path, monkeypatch, data):
+    epochs = []
+    original = trainer._Saver.save
+    monkeypatch.setattr(trainer._Saver, "save", lambda self, phase, epoch, *a: (epochs.append(epoch),
+                                                                                original(self, phase, epoch, *a)))
+    fit_mwgp(*data, config(n_epochs=5), checkpointing=Checkpointing(tmp_path / "c.pt", every=2))
+    assert epochs == [2, 4, 5]
+
+
+def test_resume_without_a_checkpoint_starts_afresh(tmp_path, data):
+    cfg = config(n_epochs=2)
+    fresh = fit_mwgp(*data, cfg, checkpointing=Checkpointing(tmp_path / "none.pt", resume=True))
+    assert same_posterior(fresh, fit_mwgp(*data, cfg))
+    assert (tmp_path / "none.pt").exists()
+
+
+def test_resuming_with_other_data_or_parameters_is_refused(tmp_path, data):
+    path = tmp_path / "c.pt"
+    fit_mwgp(*data, config(n_epochs=2), checkpointing=Checkpointing(path))
+    with pytest.raises(ValueError, match=r"n_inducing: 16 in the checkpoint, 8 now"):
+        fit_mwgp(*data, config(n_epochs=2, n_inducing=8), checkpointing=Checkpointing(path, resume=True))
+    index, y, levels = data
+    with pytest.raises(ValueError, match="ratings_sum"):
+        fit_mwgp(index, y + 0.5, levels, config(n_epochs=2), checkpointing=Checkpointing(path, resume=True))
+    # hyper-parameters that do not change the model may differ
+    fit_mwgp(*data, config(n_epochs=2, chunk_size=100), checkpointing=Checkpointing(path, resume=True))
+
+
+def test_a_file_that_is_not_a_checkpoint_is_named(tmp_path, data):
+    path = tmp_path / "model.pt"
+    torch.save({"format": "mogp_surprise"}, path)
+    with pytest.raises(ValueError, match="is not a mogp_surprise checkpoint"):
+        fit_mwgp(*data, config(), checkpointing=Checkpointing(path, resume=True))
+    path.write_bytes(b"garbage")
+    with pytest.raises(ValueError, match="not a readable mogp_surprise checkpoint"):
+        fit_mwgp(*data, config(), checkpointing=Checkpointing(path, resume=True))
+
+
+@pytest.mark.parametrize("every", [0, -1, 1.5, True])
+def test_checkpoint_interval_is_checked(every):
+    with pytest.raises(ValueError, match="every"):
+        Checkpointing("x.pt", every=every)

@@ -1,0 +1,163 @@
+"""Data-parallel training on torch.distributed (gloo, 2 processes on 127.0.0.1, started and stopped here).
+
+Every run is bounded in time: the processes get a short collective timeout and the test kills them
+if they outlive it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from mogp_surprise.core.distributed import DataParallel, touched_rows
+from mogp_surprise.core.model import MWGPModule
+
+WORKER = Path(__file__).with_name("_dp_worker.py")
+pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+                                reason="this PyTorch build has no torch.distributed gloo backend")
+SMALL = {"n_inducing": 16, "random_state": 0, "early_stopping": False, "dtype": "float64"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(args: list[str], world: int, timeout: float = 120.0, module: bool = False, env_extra=None):
+    """Start ``world`` processes like torchrun does (env://), wait for all; return their (rc, stdout, stderr)."""
+    port = free_port()
+    procs = []
+    for rank in range(world):
+        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(world),
+               "RANK": str(rank), "LOCAL_RANK": str(rank), "OMP_NUM_THREADS": "1", "MOGP_DIST_TIMEOUT": "30",
+               **(env_extra or {})}
+        cmd = [sys.executable, "-m", "mogp_surprise", *args] if module else [sys.executable, str(WORKER), *args]
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    deadline = time.monotonic() + timeout
+    out = []
+    try:
+        for p in procs:
+            stdout, stderr = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            out.append((p.returncode, stdout, stderr))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return out
+
+
+def fit_state(tmp_path: Path, params: dict, world: int, name: str) -> dict:
+    path = tmp_path / f"{name}.pt"
+    runs = launch([json.dumps(params), str(path)], world)
+    for rc, stdout, stderr in runs:
+        assert rc == 0, stdout + stderr[-3000:]
+    return torch.load(path, weights_only=True)
+
+
+def max_relative_difference(a, b) -> float:
+    """Largest |a - b| / max(|a|, 1) over every float tensor of two nested state dicts."""
+    if isinstance(a, dict):
+        return max([max_relative_difference(a[k], b[k]) for k in a] or [0.0])
+    if isinstance(a, (list, tuple)):
+        return max([max_relative_difference(x, y) for x, y in zip(a, b)] or [0.0])
+    if torch.is_tensor(a) and a.is_floating_point() and a.numel():
+        return float(((a - b).abs() / a.abs().clamp_min(1.0)).max())
+    assert not torch.is_tensor(a) or torch.equal(a, b)
+    return 0.0
+
+
+@pytest.mark.parametrize("params", [
+    {"n_epochs": 1, "batch_size": 3000},  # one step of the default model on 2 ranks = one step on the union
+    {"n_epochs": 3, "batch_size": 451, "noise": "homoscedastic", "implicit": False, "mf_rank": 0},  # uneven shards
+], ids=["one-step-default", "paper-model-21-steps"])
+def test_steps_on_two_ranks_equal_one_process_on_the_union_of_their_batches(tmp_path, params):
+    one = fit_state(tmp_path, {**SMALL, **params}, 1, "one")
+    two = fit_state(tmp_path, {**SMALL, **params}, 2, "two")
+    assert max_relative_difference(one, two) <= 1e-8
+    # and the run is not trivially equal to its initialisation: a second step moves the parameters
+    more = fit_state(tmp_path, {**SMALL, **params, "n_epochs": params["n_epochs"] + 1}, 1, "more")
+    assert max_relative_difference(one, more) > 1e-4
+
+
+def test_a_rank_that_dies_stops_the_other_with_a_clear_error(tmp_path):
+    started = time.monotonic()
+    runs = launch([json.dumps({**SMALL, "n_epochs": 3, "batch_size": 300}), str(tmp_path / "x.pt"),
+                   "--die-at-step", "4"], 2, timeout=90)
+    elapsed = time.monotonic() - started
+    (rc0, out0, err0), (rc1, _, _) = runs
+    assert rc1 == 17
+    assert rc0 == 3, out0 + err0[-2000:]
+    assert "ERROR DistributedError: rank 0 of 2" in out0 and "another training process stopped" in out0
+    assert "--resume" in out0
+    assert elapsed < 60
+    assert not (tmp_path / "x.pt").exists()
+
+
+def test_ranks_with_different_data_are_refused(tmp_path):
+    runs = launch([json.dumps({**SMALL, "n_epochs": 1}), str(tmp_path / "x.pt"), "--rank-data"], 2, timeout=90)
+    for rc, stdout, stderr in runs:
+        assert rc == 3, stdout + stderr[-2000:]
+        assert "the ranks hold different training data" in stdout
+
+
+def test_cli_fit_under_torchrun_trains_one_model_that_loads_without_a_process_group(tmp_path):
+    """`python -m mogp_surprise fit` on 2 ranks: rank 0 alone reports and saves; test RMSE within 0.003 of one process."""
+    from mogp_surprise import MWGP
+
+    rng = np.random.default_rng(3)
+    n, n_users, n_items = 12000, 300, 150
+    users, items = rng.integers(0, n_users, n), rng.integers(0, n_items, n)
+    a, b = rng.normal(size=(n_users, 3)), rng.normal(size=(n_items, 3))
+    r = np.clip(np.round(3 + 0.7 * (a[users] * b[items]).sum(1) + rng.normal(0, 0.5, n)), 1, 5)
+    test = rng.random(n) < 0.1
+    test &= np.isin(users, users[~test]) & np.isin(items, items[~test])
+    lines = [f"u{u},i{i},{v:g}" for u, i, v in zip(users[~test], items[~test], r[~test])]
+    (tmp_path / "train.csv").write_text("\n".join(lines) + "\n")
+    params = json.dumps({"n_epochs": 8})
+
+    def rmse(model: Path) -> float:
+        algo = MWGP.load(model)
+        mean, _ = algo.predict_dist([f"u{u}" for u in users[test]], [f"i{i}" for i in items[test]])
+        return float(np.sqrt(np.mean((np.clip(mean, 1, 5) - r[test]) ** 2)))
+
+    common = ["fit", "--ratings", str(tmp_path / "train.csv"), "--params", params, "--no-progress"]
+    (rc0, out0, err0), (rc1, out1, err1) = launch([*common, "--out", str(tmp_path / "two.pt")], 2, module=True)
+    assert rc0 == 0 and rc1 == 0, out0 + err0[-2000:] + err1[-2000:]
+    assert "data-parallel on 2 processes" in out0 and "Saved to" in out0
+    assert out1 == ""  # the other ranks are silent
+    ((rc, out, err),) = launch([*common, "--out", str(tmp_path / "one.pt")], 1, module=True)
+    assert rc == 0, out + err[-2000:]
+    one, two = rmse(tmp_path / "one.pt"), rmse(tmp_path / "two.pt")
+    assert one < 0.85  # the model learned the signal (the training mean as prediction: 1.12)
+    assert abs(one - two) <= 0.003
+
+
+# -- in-process pieces ------------------------------------------------------------------------------
+def test_shards_of_a_minibatch_partition_it():
+    rows = slice(10, 17)
+    shards = [list(range(20))[DataParallel(r, 3).shard(rows)] for r in range(3)]
+    assert sorted(sum(shards, [])) == list(range(10, 17))
+
+
+def test_touched_rows_are_the_minibatch_levels_and_skip_implicit_tables():
+    module = MWGPModule((6, 5), 2, 4, heteroscedastic=True, implicit=True, mf_rank=2)
+    module.set_implicit_graph(torch.tensor([[0, 1], [2, 3], [5, 4]]))
+    rows = touched_rows(module, torch.tensor([[2, 3], [0, 3], [2, 1]]))
+    assert torch.equal(rows[id(module.embeddings[0])], torch.tensor([0, 2]))
+    assert torch.equal(rows[id(module.noise_offset_mean[1])], torch.tensor([1, 3]))
+    assert torch.equal(rows[id(module.mf_factors[1])], torch.tensor([1, 3]))
+    assert id(module.implicit_factors[0]) not in rows and id(module.inducing) not in rows
+
+
+def test_training_data_parallel_needs_a_process_group():
+    with pytest.raises(ValueError, match="torchrun"):
+        DataParallel.from_process_group()
