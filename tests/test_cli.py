@@ -156,6 +156,25 @@ def test_cli_fit_reads_a_ratings_file(tmp_path, capsys):
     assert "not numbers (first: 'good')" in capsys.readouterr().err
 
 
+def test_cli_fit_checkpoints_and_resumes(tmp_path, capsys):
+    lines = [f"u{k % 30},i{k % 17},{1 + k % 5}" for k in range(600)]
+    (tmp_path / "r.csv").write_text("\n".join(lines))
+    common = ["fit", "--ratings", str(tmp_path / "r.csv"), "--params", '{"n_epochs": 3, "n_inducing": 8}',
+              "--no-progress", "--checkpoint", str(tmp_path / "c.pt")]
+    assert main([*common, "--out", str(tmp_path / "a.pt")]) == 0
+    first = capsys.readouterr().out
+    assert (tmp_path / "c.pt").exists()
+    # resuming from the checkpoint of the finished run trains nothing more and saves the same model
+    assert main([*common, "--resume", "--out", str(tmp_path / "b.pt")]) == 0
+    second = capsys.readouterr().out
+    assert first.split("training RMSE")[1].split("Saved")[0] == second.split("training RMSE")[1].split("Saved")[0]
+    (tmp_path / "other.csv").write_text("\n".join(lines[:500]))
+    assert main(["fit", "--ratings", str(tmp_path / "other.csv"), "--out", str(tmp_path / "c2.pt"),
+                 "--params", '{"n_epochs": 3, "n_inducing": 8}', "--checkpoint", str(tmp_path / "c.pt"),
+                 "--resume"]) == 2
+    assert "cannot resume (n_ratings: 600 in the checkpoint, 500 now" in capsys.readouterr().err
+
+
 def test_cli_recommend_shows_titles_std_and_intervals_and_folds_in(saved_model, capsys):
     assert main(["recommend", "--model", str(saved_model), "--user", "1", "-n", "4"]) == 0
     out = capsys.readouterr().out.splitlines()
