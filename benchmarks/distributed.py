@@ -1,7 +1,9 @@
 """Data-parallel training: epoch time and memory on 1 vs 2 processes (gloo, this machine), one model.
 
 Each configuration runs as W processes started the way ``torchrun`` starts them (``env://`` on
-127.0.0.1); every process uses ``cores / W`` threads, so 1 and 2 processes use the same cores.
+127.0.0.1) with T threads each: 1 process x 2 threads (all of a 2-core machine, no data
+parallelism), 1 x 1 and 2 x 1 (a second process on its own core: the speed-up data parallelism
+gives per added core).
 Every process reads the same ratings and trains on its half of every minibatch; the figures are
 rank 0's (median of epochs 2-3; epoch 2 with --quick) and every rank's peak RSS.
 
@@ -63,11 +65,10 @@ def child(model: str, quick: bool) -> dict:
             "peak_rss_mb": peak_rss_mb(), "rank": parallel.rank if parallel else 0}
 
 
-def launch(world: int, model: str, quick: bool) -> list[dict]:
+def launch(world: int, threads: int, model: str, quick: bool) -> list[dict]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    threads = max(1, (os.cpu_count() or 1) // world)
     procs = []
     for rank in range(world):
         env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(world),
@@ -86,21 +87,24 @@ def launch(world: int, model: str, quick: bool) -> list[dict]:
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--worlds", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--layouts", nargs="+", default=None,
+                   help="PROCESSESxTHREADS configurations to time (default 1x2 1x1 2x1; --quick: 1x1 2x1)")
     p.add_argument("--child", choices=MODELS, default=None, help=argparse.SUPPRESS)
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
     if a.child:
         print(json.dumps(child(a.child, a.quick)))
         return {}
+    layouts = a.layouts or (["1x1", "2x1"] if a.quick else ["1x2", "1x1", "2x1"])
     rows = []
-    for model in MODELS:
-        for world in a.worlds:
-            ranks = launch(world, model, a.quick)
-            rows.append({"model": model, "processes": world, "data": ranks[0]["source"],
+    for model in MODELS[:1] if a.quick else MODELS:
+        for layout in layouts:
+            world, threads = (int(v) for v in layout.split("x"))
+            ranks = launch(world, threads, model, a.quick)
+            rows.append({"model": model, "processes": world, "threads_each": threads, "data": ranks[0]["source"],
                          "epoch_s": ranks[0]["epoch_s"], "final_loss": ranks[0]["loss"],
                          "peak_rss_mb_per_rank": max(r["peak_rss_mb"] for r in ranks)})
-    print(f"one epoch, data-parallel on 1 and {max(a.worlds)} processes sharing {os.cpu_count()} cores")
+    print(f"one epoch on processes x threads ({os.cpu_count()} cores here)")
     print(table(rows))
     path = write_json("distributed" + ("_quick" if a.quick else ""), {"rows": rows}, a.out)
     print("wrote", path)

@@ -69,7 +69,7 @@ def init_from_env(device: torch.device | str = "cpu", timeout_s: float | None = 
             raise DistributedError(f"could not join the process group ({backend}, "
                                    f"MASTER_ADDR={os.environ.get('MASTER_ADDR')!r}, "
                                    f"MASTER_PORT={os.environ.get('MASTER_PORT')!r}): {exc}") from exc
-    return DataParallel(dist.get_rank(), dist.get_world_size())
+    return DataParallel.from_process_group()
 
 
 def shutdown() -> None:
@@ -86,6 +86,8 @@ class DataParallel:
 
     rank: int
     world_size: int
+    #: where the collectives' tensors must live: "cuda" for nccl, "cpu" for gloo
+    device: str = "cpu"
 
     @classmethod
     def from_process_group(cls) -> "DataParallel":
@@ -95,7 +97,7 @@ class DataParallel:
             raise ValueError("data-parallel training needs an initialised torch.distributed process group: launch "
                              "with torchrun (which sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and call "
                              "torch.distributed.init_process_group() or mogp_surprise.core.distributed.init_from_env()")
-        return cls(dist.get_rank(), dist.get_world_size())
+        return cls(dist.get_rank(), dist.get_world_size(), "cuda" if dist.get_backend() == "nccl" else "cpu")
 
     @property
     def is_main(self) -> bool:
@@ -116,16 +118,20 @@ class DataParallel:
                 "The run is aborted; restart it (with --resume to continue from the last checkpoint)") from exc
 
     def all_reduce(self, tensor: Tensor, what: str = "summing gradients", op: str = "sum") -> Tensor:
+        """``tensor`` summed (or maximised) over the ranks (a new tensor where it had to change device)."""
         import torch.distributed as dist
 
-        self._collective(what, dist.all_reduce, tensor, {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}[op])
-        return tensor
+        moved = tensor.to(self.device)
+        self._collective(what, dist.all_reduce, moved, {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}[op])
+        return moved.to(tensor.device)
 
     def broadcast(self, tensor: Tensor, what: str = "sharing the initial state") -> Tensor:
+        """Rank 0's ``tensor`` (a new tensor where it had to change device)."""
         import torch.distributed as dist
 
-        self._collective(what, dist.broadcast, tensor, 0)
-        return tensor
+        moved = tensor.to(self.device)
+        self._collective(what, dist.broadcast, moved, 0)
+        return moved.to(tensor.device)
 
     def check_same_data(self, index: Tensor, y: Tensor, n_levels: tuple[int, ...]) -> None:
         """Raise :class:`DistributedError` unless every rank holds the same training data (same number of
@@ -144,8 +150,7 @@ class DataParallel:
     def broadcast_module(self, module: torch.nn.Module) -> None:
         """Give every rank rank 0's parameters (one buffer)."""
         params = list(module.parameters())
-        flat = torch.cat([p.reshape(-1) for p in params])
-        self.broadcast(flat)
+        flat = self.broadcast(torch.cat([p.reshape(-1) for p in params]))
         _unflatten(flat, params, lambda p, chunk: p.copy_(chunk))
 
     @torch.no_grad()
