@@ -105,23 +105,24 @@ Z90 = 1.6448536269514722  # the 90 % central interval is mean +- Z90 * std
 
 
 def _fit(args: argparse.Namespace) -> int:
+    import os
     import time
 
     from .adapters.surprise_algo import MWGP
     from .core.config import MWGPConfig
-    from .core.distributed import init_from_env, launched_by_torchrun, shutdown
+    from .core.distributed import DistributedError, init_from_env, launched_by_torchrun, shutdown
     from .datasets import load_item_titles, load_ratings, to_surprise_dataset
 
     params = {"random_state": args.seed, **(json.loads(args.params) if args.params else {})}
     distributed = launched_by_torchrun()
     main_rank = True
-    if distributed:  # under torchrun: one model trained by every process; rank 0 reports and saves
-        config = MWGPConfig(**{k: v for k, v in params.items() if k in MWGPConfig.names()})
-        main_rank = init_from_env(config.torch_device()).is_main
-        if not main_rank:
-            logging.getLogger().setLevel(logging.ERROR)
-    say = print if main_rank else (lambda *a, **k: None)
     try:
+        if distributed:  # under torchrun: one model trained by every process; rank 0 reports and saves
+            config = MWGPConfig(**{k: v for k, v in params.items() if k in MWGPConfig.names()})
+            main_rank = init_from_env(config.torch_device()).is_main
+            if not main_rank:
+                logging.getLogger().setLevel(logging.ERROR)
+        say = print if main_rank else (lambda *a, **k: None)
         if args.ratings:
             df = _read_ratings_file(args.ratings, args.sep)
             scale = tuple(args.rating_scale) if args.rating_scale else (float(df.rating.min()), float(df.rating.max()))
@@ -139,7 +140,11 @@ def _fit(args: argparse.Namespace) -> int:
             trainset, checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every, resume=args.resume,
             distributed=distributed)
         elapsed = time.perf_counter() - started
-    finally:
+    except DistributedError as exc:  # a broken group cannot be torn down cleanly: report and leave at once
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(1)
+    finally:  # (not reached after os._exit)
         if distributed:
             shutdown()
     if not main_rank:
@@ -369,13 +374,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, TypeError, FileNotFoundError, OSError, ImportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except RuntimeError as exc:
-        from .core.distributed import DistributedError
 
-        if not isinstance(exc, DistributedError):
-            raise
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -6,7 +6,7 @@ by the process that writes (rank 0 in data-parallel training) every ``every`` ep
 
     {"format": "mogp_surprise-checkpoint", "format_version": 1, "fingerprint": {...},
      "phase": "choose" | "final", "epoch": completed epochs of that phase, "stop_after": ...,
-     "validation": [...], "module": state_dict, "optimizer": ..., "scheduler": ...,
+     "validation": [...], "module": state_dict, "optimizer": Adam's (and SparseAdam's) state and the schedule,
      "generator": RNG state, "order": the current order of the training ratings,
      "history": [...], "epoch_times": [...]}
 

@@ -73,7 +73,12 @@ def init_from_env(device: torch.device | str = "cpu", timeout_s: float | None = 
 
 
 def shutdown() -> None:
-    """Leave the process group (no-op without one)."""
+    """Leave the process group (no-op without one).
+
+    Not after a :class:`DistributedError`: a broken group cannot be torn down cleanly (gloo aborts the
+    process while tearing it down, even at interpreter exit), so report the error and leave with
+    ``os._exit`` as the command line does.
+    """
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():

@@ -127,6 +127,9 @@ class MWGPModule(nn.Module):
         self.q_mean = nn.Parameter(torch.zeros(n_inducing))
         self.q_sqrt = nn.Parameter(torch.eye(n_inducing))
         self.workspace: Workspace | None = None  # set by the trainer: reuse the B x m blocks across steps
+        # set by the trainer (optim.uses_sparse_rows): gather table rows with sparse gradients
+        self.sparse_rows = False
+        self._rows_plan: tuple[Tensor, list[tuple[Tensor, Tensor]]] | None = None
 
     # -- constrained parameters ------------------------------------------------------------
     @property
@@ -176,17 +179,27 @@ class MWGPModule(nn.Module):
     def features(self, index: Tensor, tables: list[Tensor] | None = None) -> Tensor:
         """Concatenated GP inputs of index tuples, (B, F) -> (B, F * r)."""
         tables = self.input_tables()[0] if tables is None else tables
-        return torch.cat([t.index_select(0, index[:, f]) for f, t in enumerate(tables)], dim=-1)
+        return torch.cat([self._gather(t, index, f) for f, t in enumerate(tables)], dim=-1)
+
+    def _gather(self, table: Tensor, index: Tensor, f: int) -> Tensor:
+        """Rows ``index[:, f]`` of a level table; with ``sparse_rows`` with a row-sparse gradient, the
+        distinct rows of the minibatch found once per ``index`` for every table of the factor."""
+        if not self.sparse_rows:
+            return table.index_select(0, index[:, f])
+        if self._rows_plan is None or self._rows_plan[0] is not index:
+            self._rows_plan = (index, [torch.unique(index[:, k], return_inverse=True) for k in range(index.shape[1])])
+        rows, inverse = self._rows_plan[1][f]
+        return sparse_gather(table, rows, inverse)
 
     def prior_mean(self, index: Tensor, mf: list[Tensor] | None = None) -> Tensor:
         """Mean function c + sum_f bias_f[index_f] + p~_u . q~_i, shape (B,) (``mf``: the bilinear
         factors of :meth:`input_tables`, if already formed)."""
         out = self.global_mean.expand(index.shape[0])
         for f, bias in enumerate(self.biases):
-            out = out + bias.index_select(0, index[:, f])
+            out = out + self._gather(bias, index, f)
         if self.mf_rank:
             mf = self.input_tables()[1] if mf is None else mf
-            p, q = (t.index_select(0, index[:, f]) for f, t in enumerate(mf))
+            p, q = (self._gather(t, index, f) for f, t in enumerate(mf))
             out = out + (p * q).sum(-1)
         return out
 
@@ -205,7 +218,7 @@ class MWGPModule(nn.Module):
         var = self.outputscale() + ((knm @ terms.M) * knm).sum(-1)
         return mean, var
 
-    # -- which tables carry which Gaussian prior (objective.log_prior, trainer._adam) ------------
+    # -- which tables carry which Gaussian prior (objective.log_prior, optim.TrainingOptimizer) ----
     def prior_tables(self) -> list[nn.Parameter]:
         """The tables with the embedding prior N(0, 1 / embedding_reg): embeddings and implicit factors."""
         return [*self.embeddings, *self.implicit_factors]
@@ -252,3 +265,29 @@ class _SparseProduct(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):
         return ctx.sparse_t @ grad, None, None
+
+
+class _Gather(torch.autograd.Function):
+    """``table[rows][inverse]`` (``rows`` distinct) whose gradient is a coalesced sparse COO tensor holding
+    only ``rows``."""
+
+    @staticmethod
+    def forward(ctx, table: Tensor, rows: Tensor, inverse: Tensor) -> Tensor:
+        ctx.save_for_backward(rows, inverse)
+        ctx.shape = table.shape
+        return table.index_select(0, rows).index_select(0, inverse)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        rows, inverse = ctx.saved_tensors
+        compact = grad.new_zeros((rows.shape[0], *ctx.shape[1:])).index_add_(0, inverse, grad)
+        return torch.sparse_coo_tensor(rows.unsqueeze(0), compact, ctx.shape, is_coalesced=True,
+                                       check_invariants=False), None, None
+
+
+def sparse_gather(table: Tensor, rows: Tensor, inverse: Tensor | None = None) -> Tensor:
+    """``table[rows][inverse]`` (rows of a 1-d or 2-d table) with a row-sparse gradient for :class:`~.optim.RowAdam`;
+    without ``inverse``, ``table[rows]`` for any ``rows``."""
+    if inverse is None:
+        rows, inverse = torch.unique(rows, return_inverse=True)
+    return _Gather.apply(table, rows, inverse)

@@ -21,6 +21,7 @@ from .kernels import Workspace
 from .laplace import level_variances
 from .model import MWGPModule
 from .objective import elbo, log_prior
+from .optim import TrainingOptimizer, uses_sparse_rows
 from .posterior import MWGPPosterior
 
 logger = logging.getLogger(__name__)
@@ -200,14 +201,14 @@ def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], co
 
     steps_per_epoch = math.ceil(n / batch)
     total_steps = config.n_epochs * steps_per_epoch
-    optimizer = _adam(module, config, n)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(config.lr_schedule, total_steps))
+    module.sparse_rows = uses_sparse_rows(config, tuple(n_levels), batch)
+    optimizer = TrainingOptimizer(module, config, n, total_steps, sparse=module.sparse_rows)
     phase = phase or {"phase": "choose"}
     run = _Run(module, [], [], [])
     order = torch.arange(n, device=device)  # the training ratings' current order (checkpointed)
     first = 0
     if resumed is not None:
-        first = _restore(resumed, module, optimizer, scheduler, gen, run, device)
+        first = _restore(resumed, module, optimizer, gen, run, device)
         order = resumed["order"].to(device)
         idx_t, y_t = idx_t[order], y_t[order]
     desc = "MW-GP (choosing epochs)" if validation is not None else "MW-GP"
@@ -228,10 +229,10 @@ def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], co
             rows = slice(start, start + batch)
             size = min(start + batch, n) - start
             mine = rows if parallel is None else parallel.shard(rows)
-            # the Gaussian priors of embeddings, factors and biases enter through Adam's weight decay (_adam)
+            # the Gaussian priors of embeddings, factors and biases enter through the optimiser (optim.py)
             loss = -elbo(module, idx_t[mine], y_t[mine], n, config.jitter, config.kl_weight,
                          batch_size=size, share=share) / n
-            optimizer.zero_grad(set_to_none=True)
+            optimizer.zero_grad()
             loss.backward()
             loss = loss.detach()
             if parallel is not None:
@@ -242,7 +243,6 @@ def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], co
                     f"the training loss became {value} at epoch {epoch + 1}; lower `lr` "
                     f"(now {config.lr}), increase `jitter` (now {config.jitter}) or use dtype='float64'")
             optimizer.step()
-            scheduler.step()
             total += value * size
         with torch.no_grad():
             prior = float(log_prior(module, config.embedding_reg, config.bias_reg, config.mf_reg))
@@ -253,8 +253,9 @@ def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], co
         if validation is not None:
             run.validation.append(_rmse(module, *validation, config))
         if saver is not None and saver.checkpointing.due(epoch + 1, last):
-            saver.save(phase, epoch + 1, module, optimizer, scheduler, gen, order, run)
+            saver.save(phase, epoch + 1, module, optimizer, gen, order, run)
     module.workspace = None
+    module.sparse_rows, module._rows_plan = False, None
     return run
 
 
@@ -273,23 +274,22 @@ class _Saver:
                         state["epoch"])
         return state
 
-    def save(self, phase: dict, epoch: int, module, optimizer, scheduler, gen, order, run: _Run) -> None:
+    def save(self, phase: dict, epoch: int, module, optimizer, gen, order, run: _Run) -> None:
         if not self.writes:
             return
         ckpt.save(self.checkpointing.path, {
             "fingerprint": self.fingerprint, **phase, "epoch": epoch,
             "module": {k: v.detach().cpu() for k, v in module.state_dict().items()},
-            "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+            "optimizer": optimizer.state_dict(),
             "generator": gen.get_state(), "order": order.cpu(), "history": list(run.history),
             "epoch_times": list(run.epoch_times), "validation_run": list(run.validation)})
 
 
-def _restore(state: dict, module: MWGPModule, optimizer, scheduler, gen: torch.Generator, run: _Run,
+def _restore(state: dict, module: MWGPModule, optimizer: TrainingOptimizer, gen: torch.Generator, run: _Run,
              device: torch.device) -> int:
     """Load a checkpoint into a freshly initialised run; return the number of epochs already done."""
     module.load_state_dict({k: v.to(device) for k, v in state["module"].items()})
     optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
     gen.set_state(state["generator"])
     run.history[:] = state["history"]
     run.epoch_times[:] = state["epoch_times"]
@@ -308,37 +308,3 @@ def _rmse(module: MWGPModule, index: torch.Tensor, y: torch.Tensor, config: MWGP
         mean, _ = module.latent_moments(idx, terms, tables)
         total += float(((mean - y[start:start + config.chunk_size]) ** 2).sum())
     return math.sqrt(total / max(index.shape[0], 1))
-
-
-def _adam(module: MWGPModule, config: MWGPConfig, n: int) -> torch.optim.Optimizer:
-    """Adam with the Gaussian priors of embeddings, implicit and bilinear factors and biases
-    (:func:`~.objective.log_prior`) as weight decay.
-
-    The loss is -ELBO / n, so a prior N(0, 1/reg) adds ``reg / n * param`` to the gradient: exactly
-    Adam's (coupled) ``weight_decay``, applied inside the optimiser's own pass over the tables
-    instead of a separate forward and backward pass over every row each step. Fused Adam (one
-    kernel per tensor) where this torch supports it for the device; plain Adam otherwise.
-    """
-    tables = module.prior_tables()
-    mf_tables = module.mf_prior_tables()
-    decayed = {id(p) for p in [*tables, *module.biases, *mf_tables]}
-    groups = [{"params": tables, "weight_decay": config.embedding_reg / n},
-              {"params": mf_tables, "weight_decay": config.mf_reg / n},
-              {"params": list(module.biases.parameters()), "weight_decay": config.bias_reg / n},
-              {"params": [p for p in module.parameters() if id(p) not in decayed], "weight_decay": 0.0}]
-    groups = [g for g in groups if g["params"]]
-    try:
-        return torch.optim.Adam(groups, lr=config.lr, fused=True)
-    except (RuntimeError, TypeError, ValueError):  # fused Adam not available for this device/torch
-        return torch.optim.Adam(groups, lr=config.lr)
-
-
-def _schedule(kind: str, total_steps: int):
-    if kind == "constant":
-        return lambda step: 1.0
-    floor = 0.05
-
-    def cosine(step: int) -> float:
-        progress = min(step / max(total_steps, 1), 1.0)
-        return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
-    return cosine

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from mogp_surprise.core import MWGPConfig, fit_mwgp
-from mogp_surprise.core.distributed import DataParallel, init_from_env, shutdown
+from mogp_surprise.core.distributed import DataParallel, DistributedError, init_from_env, shutdown
 
 
 def data(shift: int = 0):
@@ -49,9 +49,11 @@ def main() -> None:
         result = fit_mwgp(index, y, levels, config, parallel=parallel)
     except Exception as exc:  # report to the test, which checks the message
         print(f"ERROR {type(exc).__name__}: {exc}", flush=True)
-        sys.exit(3)
-    finally:
+        if isinstance(exc, DistributedError):
+            os._exit(3)  # a broken process group cannot be torn down cleanly (as the CLI does)
         shutdown()
+        sys.exit(3)
+    shutdown()
     if parallel is None or parallel.is_main:
         torch.save(result.posterior.state_dict(), out)
 

@@ -18,7 +18,7 @@ from mogp_surprise.core import MWGPConfig
 from mogp_surprise.core.model import MWGPModule
 from mogp_surprise.core.objective import (elbo, expected_log_lik, gaussian_expected_log_lik, gaussian_log_prior,
                                           log_prior, noise_kl, noise_offset_kl)
-from mogp_surprise.core.trainer import _adam
+from mogp_surprise.core.optim import TrainingOptimizer
 from tests.core._modules import random_module
 from tests.core.test_model import JITTER, N_ITEMS, N_USERS, M, R, _index, _module
 
@@ -175,7 +175,7 @@ def test_gaussian_log_prior_is_the_normal_log_density_up_to_its_constant() -> No
 @pytest.mark.parametrize("extras", [{}, {"heteroscedastic": True, "implicit": True, "mf_rank": 3}])
 def test_priors_as_weight_decay_give_the_same_adam_steps_as_the_explicit_log_prior(extras) -> None:
     """The trainer moves the Gaussian priors into Adam's weight decay; the steps must be identical."""
-    n, cfg = 500, MWGPConfig(embedding_reg=3.0, bias_reg=1.0, mf_reg=2.0, lr=0.05)
+    n, cfg = 500, MWGPConfig(embedding_reg=3.0, bias_reg=1.0, mf_reg=2.0, lr=0.05, lr_schedule="constant")
     gen = torch.Generator().manual_seed(0)
     index = torch.stack([torch.randint(0, 7, (n,), generator=gen), torch.randint(0, 5, (n,), generator=gen)], 1)
     y = torch.randn(n, generator=gen, dtype=torch.float64)
@@ -188,9 +188,10 @@ def test_priors_as_weight_decay_give_the_same_adam_steps_as_the_explicit_log_pri
             for p in mod.parameters():
                 p.add_(0.3 * torch.randn_like(p))
         modules.append(mod)
-    ours = _adam(modules[0], cfg, n)
+    ours = TrainingOptimizer(modules[0], cfg, n, total_steps=3, sparse=False)
+    assert len(ours.optimizers) == 1
     reference = torch.optim.Adam(modules[1].parameters(), lr=cfg.lr)  # plain Adam, prior in the loss
-    groups = {round(g["weight_decay"] * n, 12) for g in ours.param_groups}
+    groups = {round(g["weight_decay"] * n, 12) for g in ours.optimizers[0].param_groups}
     assert groups == ({3.0, 2.0, 1.0, 0.0} if extras else {3.0, 1.0, 0.0})
     for step in range(3):
         rows = slice(100 * step, 100 * step + 100)
@@ -235,8 +236,8 @@ def test_weight_decay_of_every_parameter_is_the_gradient_of_the_explicit_log_pri
     """The trainer's loss is -ELBO / n without the prior; Adam adds weight_decay * param to each gradient:
     that must be the gradient of -log_prior / n, parameter by parameter (0 where there is no prior)."""
     mod, n = _full_module(), 500
-    optimizer = _adam(mod, MWGPConfig(embedding_reg=3.0, bias_reg=1.0, mf_reg=2.0), n)
-    decay = {id(p): group["weight_decay"] for group in optimizer.param_groups for p in group["params"]}
+    optimizer = TrainingOptimizer(mod, MWGPConfig(embedding_reg=3.0, bias_reg=1.0, mf_reg=2.0), n, 10, sparse=False)
+    decay = {id(p): group["weight_decay"] for group in optimizer.optimizers[0].param_groups for p in group["params"]}
     params = list(mod.parameters())
     assert set(decay) == {id(p) for p in params}  # every parameter exactly once
     grads = torch.autograd.grad(-log_prior(mod, 3.0, 1.0, 2.0) / n, params, allow_unused=True)

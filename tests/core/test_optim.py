@@ -1,0 +1,153 @@
+"""The trainer's optimiser: dense Adam, or row-sparse SparseAdam with lazy prior decay."""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from mogp_surprise.core import MWGPConfig, fit_mwgp
+from mogp_surprise.core import optim
+from mogp_surprise.core.model import MWGPModule, sparse_gather
+from mogp_surprise.core.objective import elbo
+from mogp_surprise.core.optim import TrainingOptimizer, uses_sparse_rows
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+PAPER = {"noise": "homoscedastic", "implicit": False}
+CFG = MWGPConfig(**PAPER, mf_rank=2, embedding_reg=3.0, bias_reg=1.0, mf_reg=2.0, lr=0.05, lr_schedule="constant")
+
+
+def module(seed: int = 0) -> MWGPModule:
+    mod = MWGPModule((9, 6), 2, 4, mf_rank=2).double()
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in mod.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=gen, dtype=torch.float64))
+    return mod
+
+
+def batches(n_steps: int, size: int, seed: int = 1):
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(n_steps):
+        index = torch.stack([torch.randint(0, 9, (size,), generator=gen), torch.randint(0, 6, (size,), generator=gen)], 1)
+        yield index, torch.randn(size, generator=gen, dtype=torch.float64)
+
+
+def test_sparse_gather_gives_the_rows_and_a_row_sparse_gradient():
+    table = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
+    rows = torch.tensor([3, 0, 3])
+    out = sparse_gather(table, rows)
+    assert torch.equal(out, table.detach()[rows])
+    (out * torch.arange(9.0, dtype=torch.float64).view(3, 3)).sum().backward()
+    assert table.grad.is_sparse
+    dense = torch.zeros(5, 3, dtype=torch.float64).index_add_(0, rows, torch.arange(9.0, dtype=torch.float64).view(3, 3))
+    assert torch.equal(table.grad.to_dense(), dense)
+
+
+def test_the_sparse_path_touches_only_the_minibatch_rows():
+    mod = module()
+    mod.sparse_rows = True
+    opt = TrainingOptimizer(mod, CFG, 100, 10, sparse=True)
+    before = copy.deepcopy(mod)
+    index, y = next(batches(1, 4))
+    opt.zero_grad()
+    (-elbo(mod, index, y, 100, 1e-6) / 100).backward()
+    opt.step()
+    for f, (new, old) in enumerate(zip(mod.embeddings, before.embeddings)):
+        moved = (new != old).any(1)
+        assert set(torch.nonzero(moved).flatten().tolist()) == set(index[:, f].tolist())
+    for f, (new, old) in enumerate(zip(mod.biases, before.biases)):
+        assert set(torch.nonzero(new != old).flatten().tolist()) == set(index[:, f].tolist())
+    assert not torch.equal(mod.inducing, before.inducing)  # dense parameters keep moving
+
+
+def test_row_adam_with_lazy_decay_matches_a_plain_reference_implementation():
+    """Per table row, written out: Adam on the rows of the minibatch only, each row's gradient being its
+    data gradient plus k * reg / N * theta when it last moved k steps ago (the prior's gradients of the
+    steps it missed, at the value it kept meanwhile)."""
+    n, lr, b1, b2, eps = 100, CFG.lr, 0.9, 0.999, 1e-8
+    mod, ref = module(), module()
+    mod.sparse_rows = True
+    opt = TrainingOptimizer(mod, CFG, n, 10, sparse=True)
+    dense_ref = torch.optim.Adam([p for name, p in ref.named_parameters()
+                                  if not name.startswith(("embeddings", "mf_factors", "biases"))], lr=lr)
+    tables = [*ref.embeddings, *ref.mf_factors, *ref.biases]
+    regs = [3.0, 3.0, 2.0, 2.0, 1.0, 1.0]
+    state = [(torch.zeros_like(t), torch.zeros_like(t), torch.zeros(t.shape[0], dtype=torch.int64)) for t in tables]
+    missed_more_than_one = False
+    for step, (index, y) in enumerate(batches(4, 3), start=1):
+        opt.zero_grad()
+        (-elbo(mod, index, y, n, 1e-6) / n).backward()
+        opt.step()
+        ref.zero_grad(set_to_none=True)
+        (-elbo(ref, index, y, n, 1e-6) / n).backward()
+        dense_ref.step()
+        with torch.no_grad():
+            for k, (t, (m, v, last)) in enumerate(zip(tables, state)):
+                for row in sorted(set(index[:, k % 2].tolist())):
+                    missed = step - int(last[row])
+                    missed_more_than_one |= missed > 1
+                    g = t.grad[row] + missed * regs[k] / n * t[row]
+                    m[row] = b1 * m[row] + (1 - b1) * g
+                    v[row] = b2 * v[row] + (1 - b2) * g * g
+                    last[row] = step
+                    t[row] -= lr * (1 - b2 ** step) ** 0.5 / (1 - b1 ** step) * m[row] / (v[row].sqrt() + eps)
+    assert missed_more_than_one
+    for (name, a), (_, b) in zip(mod.named_parameters(), ref.named_parameters()):
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-10, atol=1e-13, err_msg=name)
+
+
+def test_when_every_row_is_touched_every_step_sparse_and_dense_adam_agree():
+    """Then nothing is lazy: SparseAdam with the prior in the gradient = fused Adam with weight decay
+    (Adam's epsilon aside)."""
+    full = torch.cartesian_prod(torch.arange(9), torch.arange(6))
+    mods = [module(3), module(3)]
+    mods[1].sparse_rows = True
+    opts = [TrainingOptimizer(mods[0], CFG, 500, 5, sparse=False), TrainingOptimizer(mods[1], CFG, 500, 5, sparse=True)]
+    for opt in opts:  # the two put Adam's epsilon in different places: take it out of the comparison
+        for group in (g for o in opt.optimizers for g in o.param_groups):
+            group["eps"] = 1e-30
+    y = torch.randn(full.shape[0], dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    for _ in range(5):
+        for mod, opt in zip(mods, opts):
+            opt.zero_grad()
+            (-elbo(mod, full, y, 500, 1e-6) / 500).backward()
+            opt.step()
+    for (name, a), (_, b) in zip(mods[0].named_parameters(), mods[1].named_parameters()):
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-9, atol=1e-12, err_msg=name)
+    assert not torch.equal(mods[0].embeddings[0], module(3).embeddings[0])
+
+
+def test_sparse_rows_only_for_large_catalogues_without_implicit_feedback_or_per_level_noise():
+    paper = MWGPConfig(**PAPER)
+    assert uses_sparse_rows(paper, (900_000, 100_000), 8192)
+    assert not uses_sparse_rows(paper, (6040, 3706), 8192)  # ML-1M: the dense pass is cheaper
+    assert not uses_sparse_rows(MWGPConfig(), (900_000, 100_000), 8192)
+
+
+def test_a_fit_on_the_sparse_path_learns_and_resumes_exactly(monkeypatch, tmp_path):
+    from mogp_surprise.core.checkpoint import Checkpointing
+
+    from .test_checkpoint import Stop, interrupt_after, same_posterior
+
+    rng = np.random.default_rng(0)
+    n, levels = 4000, (200, 120)
+    index = np.stack([rng.integers(0, levels[0], n), rng.integers(0, levels[1], n)], 1)
+    a, b = rng.normal(size=(levels[0], 2)), rng.normal(size=(levels[1], 2))
+    y = np.clip(np.round(3 + (a[index[:, 0]] * b[index[:, 1]]).sum(1) + rng.normal(0, 0.3, n)), 1, 5)
+    cfg = MWGPConfig(**PAPER, mf_rank=0, n_inducing=64, n_epochs=6, batch_size=200, random_state=0,
+                     early_stopping=False)
+    monkeypatch.setattr(optim, "SPARSE_ROWS_PER_BATCH", 0.0)
+    whole = fit_mwgp(index, y, levels, cfg)
+    assert np.sqrt(np.mean((whole.posterior.predict(index)[0] - y) ** 2)) < 0.85 * np.std(y)  # the mean: 1.0 std
+    path = tmp_path / "c.pt"
+    with monkeypatch.context() as patch:
+        interrupt_after(patch, 2)
+        with pytest.raises(Stop):
+            fit_mwgp(index, y, levels, cfg, checkpointing=Checkpointing(path, every=2))
+    state = torch.load(path, weights_only=True)
+    row_adam = state["optimizer"]["optimizers"][1]["state"][0]  # the users' embeddings: [m, v, last step] per row
+    assert int(row_adam["step"]) == 4 * 20 and int(row_adam["rows"][:, -1].max()) == 4 * 20
+    resumed = fit_mwgp(index, y, levels, cfg, checkpointing=Checkpointing(path, every=2, resume=True))
+    assert same_posterior(whole, resumed)
