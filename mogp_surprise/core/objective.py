@@ -32,10 +32,13 @@ Log priors (:func:`log_prior`, up to constants): N(0, 1 / embedding_reg) on the 
 factors, N(0, 1 / mf_reg) on the bilinear factors and their implicit factors, N(0, 1 / bias_reg) on the
 biases: -1/2 reg ||theta||^2 each.
 
-**The trainer applies the prior term as Adam's weight decay**: it maximises :func:`elbo` with
-``embedding_reg = bias_reg = mf_reg = 0`` and gives Adam ``weight_decay = reg / N`` on those tables
-(``trainer._adam``), the same gradient of -ELBO / N without a forward and backward pass over every
-table row per step (measured faster). ``tests/core/test_objective.py`` checks that the two agree.
+**The trainer applies the prior term through the optimiser** (:mod:`.optim`): it maximises
+:func:`elbo` with ``embedding_reg = bias_reg = mf_reg = 0`` and gives Adam ``weight_decay = reg / N``
+on those tables, the same gradient of -ELBO / N without a forward and backward pass over every table
+row per step (measured faster); ``tests/core/test_objective.py`` checks that the two agree. With
+row-sparse updates of a large catalogue, a row receives the prior's gradient lazily, when it is next
+touched, for every step it missed (:class:`~.optim.RowAdam`; checked against a plain reference in
+``tests/core/test_optim.py``).
 
 Fold-in (:mod:`.foldin`) maximises the part of this ELBO that involves one user, from the same terms.
 """

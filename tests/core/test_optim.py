@@ -122,7 +122,8 @@ def test_when_every_row_is_touched_every_step_sparse_and_dense_adam_agree():
 def test_sparse_rows_only_for_large_catalogues_without_implicit_feedback_or_per_level_noise():
     paper = MWGPConfig(**PAPER)
     assert uses_sparse_rows(paper, (900_000, 100_000), 8192)
-    assert not uses_sparse_rows(paper, (6040, 3706), 8192)  # ML-1M: the dense pass is cheaper
+    assert not uses_sparse_rows(paper, (300_000, 30_000), 8192)  # the dense pass is still cheaper
+    assert not uses_sparse_rows(paper, (6040, 3706), 8192)
     assert not uses_sparse_rows(MWGPConfig(), (900_000, 100_000), 8192)
 
 
