@@ -1,6 +1,6 @@
 """One process of a data-parallel test run (started by tests/core/test_distributed.py, never collected).
 
-    python _dp_worker.py CONFIG_JSON OUT [--die-at-step K] [--rank-data]
+    python _dp_worker.py CONFIG_JSON OUT [--die-at-step K] [--rank-data] [--row-sparse]
 
 Fits seeded synthetic ratings with ``fit_mwgp`` (data-parallel when WORLD_SIZE > 1) and saves the
 posterior's state from rank 0 to OUT; prints ``ERROR <type>: <message>`` on a failure.
@@ -43,6 +43,9 @@ def main() -> None:
                 os._exit(17)  # a crash: no exception, no goodbye to the other rank
             return original(self, *args, **kwargs)
         DataParallel.all_reduce_gradients = dying
+    if "--row-sparse" in sys.argv:  # the large-catalogue path on a small problem
+        from mogp_surprise.core import optim
+        optim.SPARSE_ROWS_PER_BATCH = 0.0
     shift = parallel.rank if ("--rank-data" in sys.argv and parallel is not None) else 0
     index, y, levels = data(shift)
     try:

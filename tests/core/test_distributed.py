@@ -55,9 +55,9 @@ def launch(args: list[str], world: int, timeout: float = 120.0, module: bool = F
     return out
 
 
-def fit_state(tmp_path: Path, params: dict, world: int, name: str) -> dict:
+def fit_state(tmp_path: Path, params: dict, world: int, name: str, *flags: str) -> dict:
     path = tmp_path / f"{name}.pt"
-    runs = launch([json.dumps(params), str(path)], world)
+    runs = launch([json.dumps(params), str(path), *flags], world)
     for rc, stdout, stderr in runs:
         assert rc == 0, stdout + stderr[-3000:]
     return torch.load(path, weights_only=True)
@@ -86,6 +86,16 @@ def test_steps_on_two_ranks_equal_one_process_on_the_union_of_their_batches(tmp_
     # and the run is not trivially equal to its initialisation: a second step moves the parameters
     more = fit_state(tmp_path, {**SMALL, **params, "n_epochs": params["n_epochs"] + 1}, 1, "more")
     assert max_relative_difference(one, more) > 1e-4
+
+
+def test_row_sparse_steps_on_two_ranks_equal_one_process(tmp_path):
+    """The large-catalogue path: row-sparse gradients all-reduced over the minibatch's rows, lazy prior."""
+    params = {**SMALL, "n_epochs": 2, "batch_size": 451, "noise": "homoscedastic", "implicit": False, "mf_rank": 2}
+    one = fit_state(tmp_path, params, 1, "one", "--row-sparse")
+    two = fit_state(tmp_path, params, 2, "two", "--row-sparse")
+    assert max_relative_difference(one, two) <= 1e-8
+    dense = fit_state(tmp_path, params, 1, "dense")
+    assert max_relative_difference(one, dense) > 1e-6  # the flag did switch paths
 
 
 def test_a_rank_that_dies_stops_the_other_with_a_clear_error(tmp_path):
