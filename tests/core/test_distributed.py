@@ -151,6 +151,39 @@ def test_cli_fit_under_torchrun_trains_one_model_that_loads_without_a_process_gr
     assert abs(one - two) <= 0.003
 
 
+def test_cli_fit_under_torchrun_reports_a_killed_rank_and_exits(tmp_path):
+    rng = np.random.default_rng(4)
+    lines = [f"u{u},i{i},{v}" for u, i, v in zip(rng.integers(0, 400, 30000), rng.integers(0, 200, 30000),
+                                                 rng.integers(1, 6, 30000))]
+    (tmp_path / "r.csv").write_text("\n".join(lines) + "\n")
+    port = free_port()
+    procs = []
+    for rank in range(2):
+        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2",
+               "RANK": str(rank), "LOCAL_RANK": str(rank), "OMP_NUM_THREADS": "1", "MOGP_DIST_TIMEOUT": "30"}
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "mogp_surprise", "-v", "fit", "--ratings", str(tmp_path / "r.csv"),
+             "--out", str(tmp_path / "m.pt"), "--params", '{"n_epochs": 200, "batch_size": 256}',
+             "--no-progress"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    try:
+        first = procs[0].stdout.readline()  # rank 0 announces the fit once the data are loaded
+        assert "data-parallel on 2 processes" in first
+        time.sleep(3.0)  # training under way
+        procs[1].kill()
+        started = time.monotonic()
+        _, err = procs[0].communicate(timeout=60)
+        assert time.monotonic() - started < 30
+        assert procs[0].returncode == 1
+        assert "error: rank 0 of 2: summing gradients failed" in err and "--resume" in err
+        assert "Traceback" not in err
+        assert not (tmp_path / "m.pt").exists()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.communicate()
+
+
 # -- in-process pieces ------------------------------------------------------------------------------
 def test_shards_of_a_minibatch_partition_it():
     rows = slice(10, 17)
