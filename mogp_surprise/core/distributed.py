@@ -166,18 +166,20 @@ class DataParallel:
         ``touched``: for each per-level table (by ``id``), the sorted rows whose gradient involves a
         rating of the global minibatch; every other parameter is all-reduced whole.
         """
-        for p in module.parameters():  # a rank with an empty shard has no gradient for the rating terms
-            if p.grad is None and p.requires_grad:
-                p.grad = torch.zeros_like(p)
+        row_sparse = getattr(module, "sparse_rows", False)  # the tables' gradients are row-sparse
         dense = [p for p in module.parameters() if id(p) not in touched]
         tables = [p for p in module.parameters() if id(p) in touched]
+        for p in dense if row_sparse else module.parameters():  # an empty shard leaves gradients unset
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
         blocks = [extra.reshape(1).to(module.inducing.dtype)] + [p.grad.reshape(-1) for p in dense]
         for p in tables:
             rows = touched[id(p)]
-            if p.grad.is_sparse:
-                g = p.grad.coalesce()
+            if row_sparse:
                 block = torch.zeros((rows.numel(), *p.shape[1:]), dtype=p.dtype, device=p.device)
-                block.index_add_(0, torch.searchsorted(rows, g.indices()[0]), g.values())
+                if p.grad is not None:
+                    g = p.grad.coalesce()
+                    block.index_add_(0, torch.searchsorted(rows, g.indices()[0]), g.values())
             else:
                 block = p.grad.index_select(0, rows)
             blocks.append(block.reshape(-1))
@@ -189,8 +191,9 @@ class DataParallel:
             size = rows.numel() * int(np.prod(p.shape[1:], dtype=np.int64))
             block = flat[offset:offset + size].reshape(rows.numel(), *p.shape[1:])
             offset += size
-            if p.grad.is_sparse:
-                p.grad = torch.sparse_coo_tensor(rows.unsqueeze(0), block, p.shape, is_coalesced=True)
+            if row_sparse:
+                p.grad = torch.sparse_coo_tensor(rows.unsqueeze(0), block, p.shape, is_coalesced=True,
+                                                 check_invariants=False)
             else:  # rows outside the minibatch: the rank-independent terms, weighted 1 / W on each rank
                 p.grad.mul_(self.world_size)
                 p.grad.index_copy_(0, rows, block)

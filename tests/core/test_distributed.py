@@ -78,7 +78,8 @@ def max_relative_difference(a, b) -> float:
 @pytest.mark.parametrize("params", [
     {"n_epochs": 1, "batch_size": 3000},  # one step of the default model on 2 ranks = one step on the union
     {"n_epochs": 3, "batch_size": 451, "noise": "homoscedastic", "implicit": False, "mf_rank": 0},  # uneven shards
-], ids=["one-step-default", "paper-model-21-steps"])
+    {"n_epochs": 1, "batch_size": 2999},  # the second step's one rating leaves rank 1 an empty shard
+], ids=["one-step-default", "paper-model-21-steps", "an-empty-shard"])
 def test_steps_on_two_ranks_equal_one_process_on_the_union_of_their_batches(tmp_path, params):
     one = fit_state(tmp_path, {**SMALL, **params}, 1, "one")
     two = fit_state(tmp_path, {**SMALL, **params}, 2, "two")
@@ -88,9 +89,11 @@ def test_steps_on_two_ranks_equal_one_process_on_the_union_of_their_batches(tmp_
     assert max_relative_difference(one, more) > 1e-4
 
 
-def test_row_sparse_steps_on_two_ranks_equal_one_process(tmp_path):
-    """The large-catalogue path: row-sparse gradients all-reduced over the minibatch's rows, lazy prior."""
-    params = {**SMALL, "n_epochs": 2, "batch_size": 451, "noise": "homoscedastic", "implicit": False, "mf_rank": 2}
+@pytest.mark.parametrize("batch", [451, 2999], ids=["uneven-shards", "an-empty-shard"])
+def test_row_sparse_steps_on_two_ranks_equal_one_process(tmp_path, batch):
+    """The large-catalogue path: row-sparse gradients all-reduced over the minibatch's rows, lazy prior
+    (with a minibatch of 2999 of 3000 ratings, the second step's one rating leaves rank 1 nothing)."""
+    params = {**SMALL, "n_epochs": 2, "batch_size": batch, "noise": "homoscedastic", "implicit": False, "mf_rank": 2}
     one = fit_state(tmp_path, params, 1, "one", "--row-sparse")
     two = fit_state(tmp_path, params, 2, "two", "--row-sparse")
     assert max_relative_difference(one, two) <= 1e-8
