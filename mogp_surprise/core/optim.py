@@ -6,15 +6,14 @@ fused Adam over every parameter. The prior N(0, 1 / reg) of the embeddings, bili
 biases adds ``reg / N * theta`` to the gradient of -ELBO / N: exactly Adam's coupled
 ``weight_decay = reg / N``, applied inside the optimiser's one pass over the tables.
 
-**Row-sparse** (:func:`uses_sparse_rows`: a model without implicit feedback or per-level noise, whose
-tables have many more rows than a minibatch touches): the embedding, bilinear-factor and bias tables get sparse
-gradients (only the minibatch's rows, :func:`~.model.sparse_gather`) and a lazy Adam, :class:`RowAdam`
-(``torch.optim.SparseAdam``'s update, measured faster), which updates only those rows; the dense
-parameters keep fused Adam. A step then costs nothing for the
-rows it does not touch. Their prior is kept exact by lazy decay: a row that was not touched for k
-steps has not moved, so the prior gradients it missed add up to exactly k * reg / N * theta, which
-it receives with its next gradient (:class:`RowAdam`; ``last_step`` holds, per row, the last step that
-touched it).
+**Row-sparse** (:func:`uses_sparse_rows`: a model without implicit feedback or per-level noise,
+whose tables have many more rows than a minibatch touches): the embedding, bilinear-factor and bias
+tables get sparse gradients (only the minibatch's rows, :func:`~.model.sparse_gather`) and a lazy
+Adam, :class:`RowAdam` (``torch.optim.SparseAdam``'s update, measured faster), which updates only
+those rows; the dense parameters keep fused Adam. A step then costs nothing for the rows it does
+not touch. Their prior is kept exact by lazy decay: a row that was not touched for k steps has not
+moved, so the prior gradients it missed add up to exactly k * reg / N * theta, which it receives
+with its next gradient (:class:`RowAdam` keeps, per row, the last step that moved it).
 """
 from __future__ import annotations
 
@@ -54,9 +53,9 @@ class RowAdam(torch.optim.Optimizer):
 
     The update is ``torch.optim.SparseAdam``'s (its placement of epsilon). Each parameter may carry
     a prior precision / N (``decay``): a row that last moved k steps ago gets k * decay * theta added
-    to its gradient. Written here because SparseAdam's dense-plus-sparse
-    additions cost 8.7 ms per step of 8192 ratings on this project's 2-core machine, against
-    about 2 ms for the index operations below (with the rows gathered once per step).
+    to its gradient. Written here because SparseAdam's dense-plus-sparse additions cost 8.7 ms per
+    step of 8192 ratings on this project's 2-core machine, against about 2 ms for the index
+    operations below (with the rows gathered once per step).
     """
 
     def __init__(self, params, lr: float, decay: list[float], betas: tuple[float, float] = (0.9, 0.999),
