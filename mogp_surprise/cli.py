@@ -113,6 +113,8 @@ def _fit(args: argparse.Namespace) -> int:
     from .core.distributed import DistributedError, init_from_env, launched_by_torchrun, shutdown
     from .datasets import load_item_titles, load_ratings, to_surprise_dataset
 
+    if args.resume and not args.checkpoint:
+        raise ValueError("--resume needs --checkpoint FILE (the checkpoint to continue from)")
     params = {"random_state": args.seed, **(json.loads(args.params) if args.params else {})}
     distributed = launched_by_torchrun()
     main_rank = True

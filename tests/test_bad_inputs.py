@@ -106,6 +106,24 @@ def fit_core(index: Any, ratings: Any, n_levels: tuple[int, ...] = N_LEVELS, **p
     return fit_mwgp(np.array(index), np.array(ratings), n_levels, MWGPConfig(**{**TINY, **params}))
 
 
+def foreign_file() -> str:
+    """A file that is not a checkpoint (a saved model's layout), in a fresh temporary folder."""
+    import tempfile
+
+    path = f"{tempfile.mkdtemp()}/model.pt"
+    torch.save({"format": "mogp_surprise", "format_version": 1}, path)
+    return path
+
+
+def checkpoint_file(c: "Ctx") -> str:
+    """A checkpoint of a TINY fit on the shared trainset."""
+    import tempfile
+
+    path = f"{tempfile.mkdtemp()}/fit.ckpt"
+    MWGP(**TINY).fit(c.ts, checkpoint=path)
+    return path
+
+
 def frame(users: list, items: list) -> pd.DataFrame:
     return pd.DataFrame({"user": users, "item": items})
 
@@ -579,6 +597,21 @@ TABLE = [
         "shapes/core/ratings-length"),
     row(lambda c: MWGP(**TINY).fit(Dataset.load_from_df(DF, Reader(rating_scale=(1, 5)))),
         Raises(TypeError, r"(?i)trainset"), "shapes/surprise/fit-on-Dataset"),
+    # ---------------------------------------------------------------- fit options: checkpoints, processes --
+    row(lambda c: MWGP(**TINY).fit(c.ts, resume=True),
+        Raises(ValueError, r"resume=True needs the checkpoint file to resume from: pass checkpoint=PATH"),
+        "fit/surprise/resume-without-checkpoint"),
+    row(lambda c: MWGP(**TINY).fit(c.ts, checkpoint="c.pt", checkpoint_every=0),
+        Raises(ValueError, r"`every` \(epochs between checkpoints\) must be an int >= 1, got 0"),
+        "fit/surprise/checkpoint_every=0"),
+    row(lambda c: MWGP(**TINY).fit(c.ts, checkpoint=foreign_file(), resume=True),
+        Raises(ValueError, r"is not a mogp_surprise checkpoint"), "fit/surprise/resume-from-a-model-file"),
+    row(lambda c: MWGP(**{**TINY, "n_inducing": 3}).fit(c.ts, checkpoint=checkpoint_file(c), resume=True),
+        Raises(ValueError, r"other training data or hyper-parameters; cannot resume \(n_inducing: 4 in the "
+                           r"checkpoint, 3 now\)"), "fit/surprise/resume-with-other-hyper-parameters"),
+    row(lambda c: MWGP(**TINY).fit(c.ts, distributed=True),
+        Raises(ValueError, r"data-parallel training needs an initialised torch.distributed process group"),
+        "fit/surprise/distributed-without-process-group"),
     # ---------------------------------------------------------------- hyper-parameters -------------
     *hyper_rows(),
     row(lambda c: MWGPConfig(n_inducing=0), Raises(ValueError, r"`n_inducing` must be an int >= 1, got 0"),

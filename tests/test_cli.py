@@ -173,6 +173,8 @@ def test_cli_fit_checkpoints_and_resumes(tmp_path, capsys):
                  "--params", '{"n_epochs": 3, "n_inducing": 8}', "--checkpoint", str(tmp_path / "c.pt"),
                  "--resume"]) == 2
     assert "cannot resume (n_ratings: 600 in the checkpoint, 500 now" in capsys.readouterr().err
+    assert main(["fit", "--ratings", str(tmp_path / "r.csv"), "--out", str(tmp_path / "c3.pt"), "--resume"]) == 2
+    assert "--resume needs --checkpoint FILE" in capsys.readouterr().err
 
 
 def test_cli_recommend_shows_titles_std_and_intervals_and_folds_in(saved_model, capsys):

@@ -84,6 +84,8 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
             raise TypeError(f"MWGP.fit expects a surprise Trainset (e.g. data.build_full_trainset() or a fold from "
                             f"a cross-validation iterator), got {type(trainset).__name__}")
         config = self._config()
+        if resume and checkpoint is None:
+            raise ValueError("resume=True needs the checkpoint file to resume from: pass checkpoint=PATH")
         check_id_column("user", np.array([trainset.to_raw_uid(u) for u in range(trainset.n_users)], dtype=object))
         check_id_column("item", np.array([trainset.to_raw_iid(i) for i in range(trainset.n_items)], dtype=object))
         index, ratings = trainset_arrays(trainset)
