@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from mogp_surprise.core.kernels import paired_kernel
-from mogp_surprise.core.model import MWGPModule, implicit_graph
+from mogp_surprise.core.model import MWGPModule, add_rows, distinct_rows, gather_rows, implicit_graph
 from mogp_surprise.core.objective import elbo, noise_kl, noise_moments
 from tests.core._modules import random_module
 
@@ -92,3 +92,34 @@ def test_implicit_module_without_graph_raises_a_clear_error() -> None:
     mod = MWGPModule((3, 4), 2, 3, implicit=True)
     with pytest.raises(RuntimeError, match="set_implicit_graph"):
         mod.input_tables()[0]
+
+
+@pytest.mark.parametrize("width", [None, 1, 8, 16])
+def test_add_rows_is_index_add_bit_for_bit(width) -> None:
+    gen = torch.Generator().manual_seed(0)
+    index = torch.randint(0, 37, (500,), generator=gen)
+    values = torch.randn((500,) if width is None else (500, width), generator=gen)
+    reference = values.new_zeros((37, *values.shape[1:])).index_add_(0, index, values)
+    assert torch.equal(add_rows(37, index, values), reference)
+
+
+def test_gather_rows_has_the_gradient_of_index_select() -> None:
+    gen = torch.Generator().manual_seed(1)
+    index = torch.randint(0, 9, (40,), generator=gen)
+    for shape in ((9,), (9, 3)):
+        table = torch.randn(shape, generator=gen, dtype=torch.float64, requires_grad=True)
+        weights = torch.randn((40, *shape[1:]), generator=gen, dtype=torch.float64)
+        out = gather_rows(table, index)
+        assert torch.equal(out, table.detach()[index])
+        (grad,) = torch.autograd.grad((out * weights).sum(), table)
+        (reference,) = torch.autograd.grad((table.index_select(0, index) * weights).sum(), table)
+        assert grad.is_contiguous() and torch.allclose(grad, reference, rtol=0, atol=1e-12)
+        assert torch.autograd.gradcheck(lambda t: gather_rows(t, index), (table,))
+
+
+def test_distinct_rows_is_torch_unique() -> None:
+    index = torch.tensor([5, 2, 5, 9, 0, 2, 2])
+    rows, inverse = distinct_rows(index)
+    expected = torch.unique(index, return_inverse=True)
+    assert torch.equal(rows, expected[0]) and torch.equal(inverse, expected[1])
+    assert rows.dtype == index.dtype and inverse.dtype == index.dtype
