@@ -17,6 +17,7 @@ with its next gradient (:class:`RowAdam` keeps, per row, the last step that move
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -46,6 +47,16 @@ def schedule(kind: str, total_steps: int):
         progress = min(step / max(total_steps, 1), 1.0)
         return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
     return cosine
+
+
+@functools.cache
+def row_kernel():
+    """:func:`~.row_kernel.row_adam` (numba), or ``None`` where numba is not installed."""
+    try:
+        from .row_kernel import row_adam
+    except ImportError:
+        return None
+    return row_adam
 
 
 class RowAdam(torch.optim.Optimizer):
@@ -83,6 +94,13 @@ class RowAdam(torch.optim.Optimizer):
                 # the gradient of one gather per step: distinct rows, coalesced but not flagged as such
                 # after autograd's accumulation (re-flagged here instead of sorting again)
                 rows, g = p.grad._indices()[0], p.grad._values().reshape(-1, p[0].numel())
+                step_size = group["lr"] * math.sqrt(1 - beta2 ** t) / (1 - beta1 ** t)
+                kernel = row_kernel() if p.device.type == "cpu" else None
+                if kernel is not None:  # one pass over the rows (module docstring of row_kernel)
+                    kernel(p.detach().view(p.shape[0], -1).numpy(), state["rows"].numpy(), rows.numpy(),
+                           g.contiguous().numpy(), t, group["decay"], beta1, beta2, group["eps"], step_size,
+                           torch.get_num_threads())
+                    continue
                 values = p.index_select(0, rows).reshape(g.shape)
                 packed = state["rows"].index_select(0, rows)
                 w = g.shape[1]
@@ -93,7 +111,6 @@ class RowAdam(torch.optim.Optimizer):
                 v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
                 last.fill_(t)
                 state["rows"].index_copy_(0, rows, packed)
-                step_size = group["lr"] * math.sqrt(1 - beta2 ** t) / (1 - beta1 ** t)
                 values.sub_(m / (v.sqrt().add_(group["eps"])), alpha=step_size)
                 p.index_copy_(0, rows, values.reshape(-1, *p.shape[1:]))
         return None

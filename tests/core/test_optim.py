@@ -62,7 +62,19 @@ def test_the_sparse_path_touches_only_the_minibatch_rows():
     assert not torch.equal(mod.inducing, before.inducing)  # dense parameters keep moving
 
 
-def test_row_adam_with_lazy_decay_matches_a_plain_reference_implementation():
+NO_NUMBA = "numba is not installed (pip install -e '.[numba]'): its kernel is not tested"
+UPDATES = ["torch", pytest.param("numba", marks=pytest.mark.skipif(optim.row_kernel() is None, reason=NO_NUMBA))]
+
+
+@pytest.fixture(params=UPDATES)
+def row_update(request, monkeypatch):
+    """RowAdam's update of the touched rows by torch operations, or by the numba kernel."""
+    if request.param == "torch":
+        monkeypatch.setattr(optim, "row_kernel", lambda: None)
+    return request.param
+
+
+def test_row_adam_with_lazy_decay_matches_a_plain_reference_implementation(row_update):
     """Per table row, written out: Adam on the rows of the minibatch only, each row's gradient being its
     data gradient plus k * reg / N * theta when it last moved k steps ago (the prior's gradients of the
     steps it missed, at the value it kept meanwhile)."""
@@ -152,3 +164,30 @@ def test_a_fit_on_the_sparse_path_learns_and_resumes_exactly(monkeypatch, tmp_pa
     assert int(row_adam["step"]) == 4 * 20 and int(row_adam["rows"][:, -1].max()) == 4 * 20
     resumed = fit_mwgp(index, y, levels, cfg, checkpointing=Checkpointing(path, every=2, resume=True))
     assert same_posterior(whole, resumed)
+
+
+@pytest.mark.skipif(optim.row_kernel() is None, reason=NO_NUMBA)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_numba_kernel_and_torch_operations_update_the_same_rows(dtype, monkeypatch):
+    """Large 2-d and 1-d tables, rows touched at irregular intervals (so lazy decay matters), both dtypes:
+    parameters and the packed Adam row-state agree."""
+    gen = torch.Generator().manual_seed(0)
+    start = [torch.randn(shape, generator=gen, dtype=dtype) for shape in ((5000, 8), (5000,))]
+    tables = [[torch.nn.Parameter(t.clone()) for t in start] for _ in range(2)]
+    opts = [optim.RowAdam(ts, lr=0.05, decay=[3e-4, 1e-4]) for ts in tables]
+    kernel = optim.row_kernel()
+    for step in range(6):
+        rows = torch.unique(torch.randint(0, 5000 if step % 2 else 300, (700,), generator=gen))
+        grads = [torch.randn((rows.shape[0], *t.shape[1:]), generator=gen, dtype=dtype) for t in start]
+        for use_kernel, ts, opt in zip((False, True), tables, opts):
+            for t, g in zip(ts, grads):
+                t.grad = torch.sparse_coo_tensor(rows.unsqueeze(0), g, t.shape, is_coalesced=True,
+                                                 check_invariants=True)
+            monkeypatch.setattr(optim, "row_kernel", (lambda: kernel) if use_kernel else (lambda: None))
+            opt.step()
+    tol = {torch.float32: 1e-5, torch.float64: 1e-12}[dtype]
+    for k, (a, b) in enumerate(zip(*tables)):
+        assert not torch.equal(a.detach(), start[k])
+        np.testing.assert_allclose(b.detach().numpy(), a.detach().numpy(), rtol=tol, atol=tol)
+        np.testing.assert_allclose(opts[1].state[b]["rows"].numpy(), opts[0].state[a]["rows"].numpy(),
+                                   rtol=tol, atol=tol)

@@ -1,0 +1,45 @@
+"""The row-sparse lazy Adam update of :class:`~.optim.RowAdam` compiled with numba (optional: ``pip install
+'mogp-surprise[numba]'``; without numba ``RowAdam`` does the same update with torch operations).
+
+At a million users the update is bound by random access into the tables, not by arithmetic: the
+torch version reads and writes every touched row of a table and of its Adam state several times
+(gather, ~10 element-wise operations on the gathered rows, scatter), this kernel once. Measured on
+the project's 2-core machine, one thread, 8,192-rating steps over 1M users x 100K items: 1.37 vs 3.8
+ms per update, and a training step 15.9 -> 13.2 ms (docs/history.md).
+"""
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+
+def row_adam(param: np.ndarray, state: np.ndarray, rows: np.ndarray, grad: np.ndarray, t: int, decay: float,
+             beta1: float, beta2: float, eps: float, step_size: float, threads: int) -> None:
+    """:func:`_row_adam` on at most ``threads`` threads (the caller's torch thread count)."""
+    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+    _row_adam(param, state, rows, grad, float(t), float(decay), beta1, beta2, eps, step_size)
+
+
+@numba.njit(cache=True, parallel=True)
+def _row_adam(param, state, rows, grad, t, decay, beta1, beta2, eps, step_size):  # pragma: no cover
+    """Update ``param[rows]`` (2-d, in place) from the gradient rows ``grad`` with lazy Adam and lazy decay.
+
+    ``state`` (n_rows, 2 w + 1) holds per row Adam's m (width w), v (w) and the last step that moved
+    the row; ``t`` is this step, ``decay`` the prior's precision / N, ``step_size`` lr * sqrt(1 - beta2^t)
+    / (1 - beta1^t) (``torch.optim.SparseAdam``'s placement of epsilon). A row last moved k steps ago
+    gets k * decay * theta added to its gradient: the prior's gradients of the steps it missed.
+    """
+    width = param.shape[1]
+    for j in numba.prange(rows.shape[0]):
+        row = rows[j]
+        missed = decay * (t - state[row, 2 * width])
+        for c in range(width):
+            g = grad[j, c] + missed * param[row, c]
+            m = beta1 * state[row, c] + (1.0 - beta1) * g
+            v = beta2 * state[row, width + c] + (1.0 - beta2) * g * g
+            state[row, c] = m
+            state[row, width + c] = v
+            param[row, c] -= step_size * m / (math.sqrt(v) + eps)
+        state[row, 2 * width] = t
