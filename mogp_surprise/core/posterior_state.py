@@ -148,14 +148,9 @@ def with_user_rows(post: "MWGPPosterior", users: Sequence["FoldedUser"], rows: n
             foldin["noise_offset_mean"] = [put(means[0], pick("noise_offset_mean")), means[1]]
             foldin["noise_offset_logvar"] = [
                 put(logvars[0], [np.log(max(float(v), 1e-300)) for v in pick("noise_offset_var")]), logvars[1]]
-    cold = torch.tensor([int(u.n_ratings) == 0 for u in users], dtype=torch.bool, device=post.device)
     old_cold = post.cold_users if post.cold_users is not None else torch.zeros(
         post.n_levels[0], dtype=torch.bool, device=post.device)
-    if rows is None:
-        cold_users = torch.cat([old_cold, cold])
-    else:
-        cold_users = old_cold.clone()
-        cold_users[torch.as_tensor(rows, device=post.device)] = cold
+    cold_users = put(old_cold, [int(u.n_ratings) == 0 for u in users])
     tensors = {name: getattr(post, name) for name in TENSORS}
     return type(post)(tensors, embeddings, biases, post.rating_mean, post.rating_std, post.chunk_size,
                       noise_scales, level_variances, foldin, cold_users, mf_factors)
