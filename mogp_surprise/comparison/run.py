@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
+from ..core.errors import check_int
 from ..evaluation import arrays_from_predictions, qp_curve, uncertainty_report
 from ..evaluation._validation import check_triplet
 from ..evaluation.metrics import calibration_curve
@@ -171,8 +172,7 @@ def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: i
     absent = [hint for hint in (registry[a].missing() for a in algos if registry[a].missing) if hint]
     if absent:  # say so before any fit, not after hours of the others
         raise ImportError("; ".join(absent))
-    if not isinstance(n_folds, (int, np.integer)) or n_folds < 2:
-        raise ValueError(f"`n_folds` must be an int >= 2, got {n_folds!r}")
+    check_int("n_folds", n_folds, 2)
     params = dict(mwgp_params or {})
     rows: list[dict[str, Any]] = []
     curves: dict[str, list[pd.DataFrame]] = {a: [] for a in algos}

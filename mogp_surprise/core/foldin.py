@@ -72,7 +72,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .errors import NumericalError, check_finite_ratings
+from .errors import NumericalError, check_finite_ratings, check_int
 from .posterior import MWGPPosterior
 from .user_objective import PRIORS, FoldInContext
 
@@ -190,7 +190,7 @@ def fold_in_many(posterior: MWGPPosterior, users: Sequence[tuple[np.ndarray, np.
     -------
     list of FoldedUser, in the order of ``users``.
     """
-    _check_int("max_iter", max_iter, 1)
+    check_int("max_iter", max_iter, 1)
     if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not tol > 0 or not math.isfinite(tol):
         raise ValueError(f"`tol` must be a finite number > 0, got {tol!r}")
     ctx = FoldInContext(posterior, prior)
@@ -317,8 +317,3 @@ def _fold(ctx: FoldInContext, items: np.ndarray, y: np.ndarray, init: int | None
         noise_scale=math.exp(float(mu) + 0.5 * float(var)), n_ratings=data.n, objective=float(value),
         n_iter=n_iter, mf_factor=(p + data.implicit_mf).cpu().numpy(), mf_factor_var=mf_var.cpu().numpy(),
         mf_factor_raw=p.cpu().numpy())
-
-
-def _check_int(name: str, value, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"`{name}` must be an int >= {minimum}, got {value!r}")

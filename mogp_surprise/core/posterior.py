@@ -23,7 +23,8 @@ from torch import Tensor
 from .kernels import rbf_expectations
 from .linalg import inducing_terms
 from .model import MWGPModule
-from .posterior_state import TENSORS, check_chunk_size, check_rows, posterior_state, state_args, with_user_rows
+from .errors import check_int
+from .posterior_state import TENSORS, check_rows, posterior_state, state_args, with_user_rows
 from .predictive import latent_moments, population
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -77,7 +78,7 @@ class MWGPPosterior:
             if level_variances is not None else ([], [], [])
         self.rating_mean = float(rating_mean)
         self.rating_std = float(rating_std)
-        self.chunk_size = check_chunk_size(chunk_size)
+        self.chunk_size = check_int("chunk_size", chunk_size, 1)
         self.foldin = dict(foldin) if foldin is not None else None
         self.cold_users = cold_users if cold_users is not None and bool(cold_users.any()) else None
 
@@ -279,7 +280,7 @@ class MWGPPosterior:
         n = index.shape[0]
         mean = np.empty(n, dtype=np.float64)
         var = np.empty(n, dtype=np.float64)
-        step = self.chunk_size if chunk_size is None else check_chunk_size(chunk_size)
+        step = self.chunk_size if chunk_size is None else check_int("chunk_size", chunk_size, 1)
         for start in range(0, n, step):
             chunk = torch.as_tensor(index[start:start + step], dtype=torch.long, device=self.device)
             m, v = self.moments(chunk, include_noise)

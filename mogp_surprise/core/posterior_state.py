@@ -34,12 +34,6 @@ def map_tensors(value: Any, fn) -> Any:
     return value
 
 
-def check_chunk_size(chunk_size) -> int:
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
-        raise ValueError(f"`chunk_size` must be an int >= 1, got {chunk_size!r}")
-    return int(chunk_size)
-
-
 def posterior_state(post: "MWGPPosterior", fn=lambda t: t.detach().cpu()) -> dict[str, Any]:
     """A posterior's tensors, with ``fn`` applied to each (default: CPU copies), and numbers; inverse of
     :func:`state_args`."""

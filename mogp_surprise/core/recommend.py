@@ -8,6 +8,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from .errors import check_int
 from .posterior import MWGPPosterior
 
 STRATEGIES = ("mean", "lcb", "ucb")
@@ -29,8 +30,7 @@ def check_strategy(strategy: str, kappa: float, n: int) -> None:
     if isinstance(kappa, bool) or not isinstance(kappa, (int, float, np.floating)) or not math.isfinite(kappa) \
             or kappa < 0:
         raise ValueError(f"`kappa` must be a finite number >= 0, got {kappa!r}")
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"`n` must be an int >= 1, got {n!r}")
+    check_int("n", n, 1)
 
 
 def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: str = "mean", kappa: float = 1.0,
