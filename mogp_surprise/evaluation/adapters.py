@@ -76,9 +76,7 @@ def arrays_from_predictions(
     predictions = list(predictions)
     if not predictions:
         raise ValueError("`predictions` must not be empty; got 0 predictions")
-    y_true = np.empty(len(predictions))
-    mean = np.empty(len(predictions))
-    std = np.empty(len(predictions))
+    y_true, mean, std = np.empty((3, len(predictions)))
     for k, pred in enumerate(predictions):
         try:
             _, _, r_ui, est, details = pred
@@ -92,8 +90,7 @@ def arrays_from_predictions(
                 "(predict on a testset, not on bare (uid, iid) pairs)"
             )
         y_true[k], mean[k], std[k] = r_ui, est, _std_of(details, k)
-    y_true, mean, std = check_triplet(y_true, mean, std, y_name="y_true")
-    return y_true, mean, std
+    return check_triplet(y_true, mean, std, y_name="y_true")
 
 
 def qp_curve_from_predictions(predictions: Iterable[Any], **kwargs: Any) -> pd.DataFrame:

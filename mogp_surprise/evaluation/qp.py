@@ -152,10 +152,6 @@ def qp_curve(
     return pd.DataFrame(rows, columns=[*BASE_COLUMNS, *names])
 
 
-def _metric_columns(curve: pd.DataFrame) -> list[str]:
-    return [c for c in curve.columns if c not in BASE_COLUMNS]
-
-
 def qp_curves_over_folds(curves: Sequence[pd.DataFrame], ddof: int = 0) -> pd.DataFrame:
     """Average QP-curves of several cross-validation folds.
 
@@ -205,10 +201,6 @@ def qp_curves_over_folds(curves: Sequence[pd.DataFrame], ddof: int = 0) -> pd.Da
     return pd.DataFrame(out)
 
 
-def _label(q: float) -> str:
-    return f"q{round(100 * q, 6):g}"
-
-
 def qp_summary(curve: pd.DataFrame, at: Iterable[float] = (1.0, 0.9, 0.8)) -> pd.Series:
     """Metric values at a few quantiles, for paper-style tables.
 
@@ -244,11 +236,11 @@ def qp_summary(curve: pd.DataFrame, at: Iterable[float] = (1.0, 0.9, 0.8)) -> pd
         skip = {f"{c}_mean" for c in BASE_COLUMNS}
         metrics = [c[: -len("_mean")] for c in curve.columns if c.endswith("_mean") and c not in skip]
     else:
-        metrics = _metric_columns(curve)
+        metrics = [c for c in curve.columns if c not in BASE_COLUMNS]
     values: dict[str, float] = {}
     for m in metrics:
         for a, r in zip(levels, rows):
-            key = f"{m}_{_label(a)}"
+            key = f"{m}_q{round(100 * a, 6):g}"
             if over_folds:
                 values[key] = float(curve[f"{m}_mean"].iloc[r])
                 values[f"{key}_std"] = float(curve[f"{m}_std"].iloc[r])
