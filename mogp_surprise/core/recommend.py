@@ -83,9 +83,8 @@ def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: st
         best_score, best = torch.topk(score, width, dim=1)
         valid = torch.isfinite(best_score)
         rows = slice(start, start + b)
-        out_items[rows] = torch.where(valid, best, torch.full_like(best, -1)).cpu().numpy()
-        for name, values in (("mean", mean), ("std", std)):
-            picked = torch.gather(values, 1, best)
-            out[name][rows] = torch.where(valid, picked, torch.full_like(picked, math.nan)).double().cpu().numpy()
-        out["score"][rows] = torch.where(valid, best_score, torch.full_like(best_score, math.nan)).double().cpu().numpy()
+        out_items[rows] = best.masked_fill(~valid, -1).cpu().numpy()
+        picked = {"mean": torch.gather(mean, 1, best), "std": torch.gather(std, 1, best), "score": best_score}
+        for name, values in picked.items():
+            out[name][rows] = values.masked_fill(~valid, math.nan).double().cpu().numpy()
     return TopN(out_items, out["mean"], out["std"], out["score"])

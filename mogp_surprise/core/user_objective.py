@@ -188,11 +188,10 @@ class FoldInContext:
         theta = torch.zeros(self.r + 3 + self.k, **f64)
         if self.x_mean is not None:
             theta[:self.r] = self.x_mean - data.implicit
+            theta[self.r + 3:] = self.p_mean - data.implicit_mf
         theta[self.r] = self.b_mean
         theta[self.r + 1] = self.s_mean
         theta[self.r + 2] = self.log_tau
-        if self.x_mean is not None:
-            theta[self.r + 3:] = self.p_mean - data.implicit_mf
         if init is not None and not (self.cold_users is not None and bool(self.cold_users[init])):
             theta[:self.r] = self.user_input[init].to(**f64) - data.implicit  # the fitted GP input
             theta[self.r] = self.user_bias[init].to(**f64)
