@@ -196,9 +196,7 @@ def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: i
             at = curve.set_index(curve["quantile"].round(6))
             row = {"algo": key, "label": spec.label, "uncertainty": spec.uncertainty, "fold": fold}
             for q in SUMMARY_AT:
-                tag = f"q{round(q * 100)}"
-                row[f"rmse_{tag}"] = float(at.loc[round(q, 6), "rmse"])
-                row[f"mae_{tag}"] = float(at.loc[round(q, 6), "mae"])
+                row.update({f"{m}_q{round(q * 100)}": float(at.loc[round(q, 6), m]) for m in ("rmse", "mae")})
             report = uncertainty_report(y, mean, std)
             row.update({k: float(report[k]) for k in ("nll", "crps", "coverage_50", "coverage_80", "coverage_90",
                                                          "coverage_95", "sharpness")})
