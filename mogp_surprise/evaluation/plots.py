@@ -50,9 +50,8 @@ def _backend_unset(matplotlib: Any) -> bool:
 
 
 def _headless() -> bool:
-    if sys.platform.startswith("linux"):
-        return not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
-    return False
+    display = os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+    return sys.platform.startswith("linux") and not display
 
 
 def _check_mapping(value: object, name: str, what: str) -> Mapping:
@@ -62,10 +61,7 @@ def _check_mapping(value: object, name: str, what: str) -> Mapping:
 
 
 def _new_axes(ax: Any) -> Any:
-    if ax is not None:
-        return ax
-    _, ax = _pyplot().subplots(figsize=_FIGSIZE, layout="constrained")
-    return ax
+    return ax if ax is not None else _pyplot().subplots(figsize=_FIGSIZE, layout="constrained")[1]
 
 
 def plot_qp(
