@@ -108,7 +108,7 @@ def _fit(args: argparse.Namespace) -> int:
     from .adapters.surprise_algo import MWGP
     from .core.config import MWGPConfig
     from .core.distributed import DistributedError, init_from_env, launched_by_torchrun, shutdown
-    from .datasets import load_item_titles, load_ratings, to_surprise_dataset
+    from .datasets import DATASETS, load_item_titles, load_ratings, to_surprise_dataset
 
     if args.resume and not args.checkpoint:
         raise ValueError("--resume needs --checkpoint FILE (the checkpoint to continue from)")
@@ -129,7 +129,6 @@ def _fit(args: argparse.Namespace) -> int:
             titles, source = None, f"{args.ratings} ({len(df):,} ratings)"
         else:
             df = load_ratings(args.dataset, data_dir=args.data_dir, download=not args.no_download)
-            from .datasets import DATASETS
             scale = tuple(args.rating_scale) if args.rating_scale else DATASETS[args.dataset].rating_scale
             titles, source = load_item_titles(args.dataset, args.data_dir), f"{args.dataset} ({len(df):,} ratings)"
         trainset = to_surprise_dataset(df[["user", "item", "rating"]], rating_scale=scale).build_full_trainset()
@@ -254,11 +253,9 @@ def _predict(args: argparse.Namespace) -> int:
     users, items = algo._encoders()
     user, item = _resolve(users, args.user), _resolve(items, args.item)
     mean, var = algo.predict_dist(user, item)
-    notes = [f"user {user} is not in the model (cold start)"] if user not in users else []
-    if item not in items:
-        notes.append(f"item {item} is not in the model (cold start)")
-    for note in notes:
-        print(note)
+    for what, raw, known in (("user", user, users), ("item", item, items)):
+        if raw not in known:
+            print(f"{what} {raw} is not in the model (cold start)")
     _print_rows(algo, pd.DataFrame({"item": pd.Series([item], dtype=object), "mean": [mean],
                                     "std": [float(np.sqrt(var))]}))
     return 0

@@ -176,18 +176,16 @@ def _not_found(spec: DatasetSpec, looked: list[tuple[Path, Parser, str]],
     how = (f"Expected one of these files under the data folder: {layouts}. To get it: set the "
            f"{DATA_ENV} environment variable or pass data_dir= (--data-dir on the command line) to a folder "
            "holding one of them")
-    if spec.surprise_layout is not None:
-        how += ", or pass download=True to fetch it through Surprise (the command line does unless --no-download)"
-        if failure:
-            how = f"The download failed: {failure}.\n" + how.replace(
-                ", or pass download=True to fetch it through Surprise (the command line does unless --no-download)",
-                f", or download {spec.url} by hand and "
-                "unzip it into that folder")
-        elif download:
-            how += " (a download was attempted but did not produce the file)"
-    else:
+    if spec.surprise_layout is None:
         how += (f"; {spec.name!r} is not a Surprise builtin data set, so download=True cannot "
                 f"fetch it: download {spec.url} by hand and unzip it into the data folder")
+    elif failure:
+        how = (f"The download failed: {failure}.\n{how}, or download {spec.url} by hand and unzip it into "
+               "that folder")
+    else:
+        how += ", or pass download=True to fetch it through Surprise (the command line does unless --no-download)"
+        if download:
+            how += " (a download was attempted but did not produce the file)"
     return FileNotFoundError(
         f"ratings for data set {spec.name!r} not found. Looked at:\n" + "\n".join(lines)
         + f"\n{how}."
