@@ -151,14 +151,11 @@ def id_twin(value: Any) -> Any:
     """The same id spelt with the other type: ``"196"`` for ``196``, ``196`` for ``"196"``; else None."""
     if isinstance(value, str):
         text = value.strip()
-        if text.lstrip("-").isdecimal():
-            return int(text)
-        return None
+        return int(text) if text.lstrip("-").isdecimal() else None
     if isinstance(value, (bool, np.bool_)):
         return None
-    if isinstance(value, (numbers.Integral, np.integer)):
-        return str(int(value))
-    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+    integral = isinstance(value, (numbers.Integral, np.integer))
+    if integral or (isinstance(value, (float, np.floating)) and float(value).is_integer()):
         return str(int(value))
     return None
 

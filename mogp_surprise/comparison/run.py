@@ -186,10 +186,9 @@ def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: i
             algo = spec.make(random_state, params)
             start = time.perf_counter()
             algo.fit(trainset)
-            fit_s = time.perf_counter() - start
-            start = time.perf_counter()
+            fitted = time.perf_counter()
             y, mean, std = predictive_arrays(algo, testset, trainset.rating_scale)
-            test_s = time.perf_counter() - start
+            fit_s, test_s = fitted - start, time.perf_counter() - fitted
             curve = qp_curve(y, mean, std, quantiles=QP_QUANTILES, metrics=("rmse", "mae"))
             curves[key].append(curve)
             pooled[key].append(np.stack([y, mean, std]))
@@ -205,10 +204,7 @@ def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: i
             logger.info("fold %d %s: rmse %.4f (fit %.1f s)", fold + 1, key, row["rmse_q100"], fit_s)
             bar.update(1)
     bar.close()
-    calibration = {}
-    for key, parts in pooled.items():
-        y, mean, std = np.concatenate(parts, axis=1)
-        calibration[key] = calibration_curve(y, mean, std)
+    calibration = {key: calibration_curve(*np.concatenate(parts, axis=1)) for key, parts in pooled.items()}
     settings = {"n_folds": n_folds, "random_state": random_state, "algos": list(algos), "mwgp_params": params,
                 "qp_quantiles": QP_QUANTILES}
     return CompareResult(pd.DataFrame(rows), curves, calibration, settings)

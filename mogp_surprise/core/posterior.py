@@ -143,9 +143,8 @@ class MWGPPosterior:
             "psi1": torch.stack([p[0] for p in psi]), "psi2": torch.stack([p[1] for p in psi]),
             "mf_mean": mf_mean, "mf_var": mf_var,
         }
-        own = None
-        if level_variances is not None and embedding_uncertainty:
-            own = tuple([f64(v) for v in part] for part in level_variances)
+        own = (tuple([f64(v) for v in part] for part in level_variances)
+               if level_variances is not None and embedding_uncertainty else None)
         regs = {"embedding_reg": embedding_reg, "bias_reg": bias_reg, "mf_reg": mf_reg}
         foldin = {
             **{name: None if reg is None else float(reg) for name, reg in regs.items()},
