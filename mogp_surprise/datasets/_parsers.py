@@ -28,8 +28,7 @@ def _read(path: Path, source, expected: str, **kwargs) -> pd.DataFrame:
     try:
         frame = pd.read_csv(source, dtype=_DTYPES, **_NA, **kwargs)
     except ValueError as exc:  # ParserError, EmptyDataError and dtype conversion errors
-        raise ValueError(f"malformed ratings file {str(path)!r} (expected {expected}): "
-                         f"{exc}") from exc
+        raise ValueError(f"malformed ratings file {str(path)!r} (expected {expected}): {exc}") from exc
     logger.debug("parsed %d rows from %s", len(frame), path)
     return frame
 
@@ -69,9 +68,7 @@ def parse_csv(path: Path) -> pd.DataFrame:
     return frame[[c for c in ("user", "item", "rating", "timestamp") if c in frame.columns]]
 
 
-def validate_ratings(
-    frame: pd.DataFrame, rating_scale: tuple[float, float], source: str
-) -> pd.DataFrame:
+def validate_ratings(frame: pd.DataFrame, rating_scale: tuple[float, float], source: str) -> pd.DataFrame:
     """Check a parsed rating frame and return it.
 
     Parameters
@@ -96,8 +93,7 @@ def validate_ratings(
     """
     missing = [c for c in ("user", "item", "rating") if c not in frame.columns]
     if missing:
-        raise ValueError(f"{source} lacks the columns {missing}; "
-                         f"found {list(frame.columns)}")
+        raise ValueError(f"{source} lacks the columns {missing}; found {list(frame.columns)}")
     if len(frame) == 0:
         raise ValueError(f"{source} holds no ratings")
     for column in ("user", "item"):

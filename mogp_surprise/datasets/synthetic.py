@@ -219,14 +219,12 @@ def make_synthetic_ratings(
     n_users, n_items = _check_int("n_users", n_users), _check_int("n_items", n_items)
     n_ratings, latent_dim = _check_int("n_ratings", n_ratings), _check_int("latent_dim", latent_dim)
     if n_ratings > n_users * n_items:
-        raise ValueError(f"n_ratings must be <= n_users * n_items = {n_users * n_items}; "
-                         f"got {n_ratings}")
+        raise ValueError(f"n_ratings must be <= n_users * n_items = {n_users * n_items}; got {n_ratings}")
     scale = _check_pair("rating_scale", rating_scale, "finite low < high", lambda low, high: low < high)
     if not isinstance(integer, (bool, np.bool_)):
         raise ValueError(f"integer must be a bool; got {integer!r}")
     if integer and not all(float(v).is_integer() for v in scale):
-        raise ValueError(f"rating_scale must have integer bounds when integer=True; "
-                         f"got {rating_scale!r}")
+        raise ValueError(f"rating_scale must have integer bounds when integer=True; got {rating_scale!r}")
     noise = _check_pair("noise_std", noise_std, "0 <= low <= high", lambda low, high: 0.0 <= low <= high)
     nonlinearity = _check_real("nonlinearity", nonlinearity)
     popularity_skew = _check_real("popularity_skew", popularity_skew)

@@ -80,9 +80,7 @@ def check_std(std: object, name: str = "std", *, strict: bool = False) -> np.nda
     if bad.any():
         first = int(np.flatnonzero(bad)[0])
         rule = "> 0" if strict else ">= 0"
-        raise ValueError(
-            f"`{name}` must be {rule} everywhere; got {float(arr[first])!r} at position {first}"
-        )
+        raise ValueError(f"`{name}` must be {rule} everywhere; got {float(arr[first])!r} at position {first}")
     return arr
 
 
@@ -139,7 +137,5 @@ def check_levels(levels: object, name: str = "levels") -> np.ndarray:
     arr = as_1d(levels, name)
     bad = (arr <= 0) | (arr > 1)
     if bad.any():
-        raise ValueError(
-            f"every value of `{name}` must lie in (0, 1]; got {arr[bad].tolist()}"
-        )
+        raise ValueError(f"every value of `{name}` must lie in (0, 1]; got {arr[bad].tolist()}")
     return arr

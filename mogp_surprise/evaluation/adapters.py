@@ -19,11 +19,7 @@ from ._validation import check_triplet
 from .metrics import uncertainty_report
 from .qp import qp_curve
 
-__all__ = [
-    "arrays_from_predictions",
-    "qp_curve_from_predictions",
-    "uncertainty_report_from_predictions",
-]
+__all__ = ["arrays_from_predictions", "qp_curve_from_predictions", "uncertainty_report_from_predictions"]
 
 _NO_STD_ADVICE = (
     "point-estimate algorithms such as SVD() give no uncertainty; wrap them in "
@@ -41,14 +37,10 @@ def _std_of(details: Any, k: int) -> float:
                 raise ValueError(f"`predictions[{k}].details['var']` must be >= 0; got {var!r}")
             return math.sqrt(var)
     keys = sorted(details) if isinstance(details, dict) else type(details).__name__
-    raise ValueError(
-        f"`predictions[{k}].details` must hold 'std' or 'var'; got {keys}: {_NO_STD_ADVICE}"
-    )
+    raise ValueError(f"`predictions[{k}].details` must hold 'std' or 'var'; got {keys}: {_NO_STD_ADVICE}")
 
 
-def arrays_from_predictions(
-    predictions: Iterable[Any],
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def arrays_from_predictions(predictions: Iterable[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Extract ``(y_true, mean, std)`` from Surprise predictions.
 
     Parameters

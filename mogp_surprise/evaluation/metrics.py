@@ -19,19 +19,8 @@ from scipy import special, stats
 
 from ._validation import check_levels, check_std, check_triplet
 
-__all__ = [
-    "METRICS",
-    "register_metric",
-    "get_metric",
-    "rmse",
-    "mae",
-    "gaussian_nll",
-    "crps_gaussian",
-    "interval_coverage",
-    "calibration_curve",
-    "sharpness",
-    "uncertainty_report",
-]
+__all__ = ["METRICS", "register_metric", "get_metric", "rmse", "mae", "gaussian_nll", "crps_gaussian",
+           "interval_coverage", "calibration_curve", "sharpness", "uncertainty_report"]
 
 MetricFunc = Callable[[np.ndarray, np.ndarray], float]
 
@@ -105,9 +94,7 @@ def register_metric(name: str, func: MetricFunc, *, overwrite: bool = False) -> 
     if not callable(func):
         raise ValueError(f"`func` must be callable f(y, mean) -> float; got {func!r}")
     if name in METRICS and not overwrite:
-        raise ValueError(
-            f"`name` {name!r} is already registered; pass overwrite=True to replace it"
-        )
+        raise ValueError(f"`name` {name!r} is already registered; pass overwrite=True to replace it")
     METRICS[name] = func
 
 
