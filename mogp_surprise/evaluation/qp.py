@@ -142,12 +142,9 @@ def qp_curve(
     order = np.argsort(std_arr, kind="stable")
     y_sorted, mean_sorted, std_sorted = y_arr[order], mean_arr[order], std_arr[order]
     counts = n_kept(qs, y_arr.size)
-    rows = []
-    for q, k in zip(qs, counts):
-        row = {"quantile": float(q), "n": int(k), "std_threshold": float(std_sorted[k - 1])}
-        for name, func in resolved:
-            row[name] = float(func(y_sorted[:k], mean_sorted[:k]))
-        rows.append(row)
+    rows = [{"quantile": float(q), "n": int(k), "std_threshold": float(std_sorted[k - 1]),
+             **{name: float(func(y_sorted[:k], mean_sorted[:k])) for name, func in resolved}}
+            for q, k in zip(qs, counts)]
     logger.debug("qp_curve: %d predictions, %d quantiles, metrics %s", y_arr.size, qs.size, names)
     return pd.DataFrame(rows, columns=[*BASE_COLUMNS, *names])
 
@@ -241,9 +238,7 @@ def qp_summary(curve: pd.DataFrame, at: Iterable[float] = (1.0, 0.9, 0.8)) -> pd
     for m in metrics:
         for a, r in zip(levels, rows):
             key = f"{m}_q{round(100 * a, 6):g}"
+            values[key] = float(curve[f"{m}_mean" if over_folds else m].iloc[r])
             if over_folds:
-                values[key] = float(curve[f"{m}_mean"].iloc[r])
                 values[f"{key}_std"] = float(curve[f"{m}_std"].iloc[r])
-            else:
-                values[key] = float(curve[m].iloc[r])
     return pd.Series(values, dtype=float)
