@@ -61,10 +61,8 @@ def parse_csv(path: Path) -> pd.DataFrame:
     frame = _read(path, path, "CSV with header user,item,rating", sep=",", header=0)
     missing = [c for c in ("user", "item", "rating") if c not in frame.columns]
     if missing:
-        raise ValueError(
-            f"malformed ratings file {str(path)!r}: the header must name the columns "
-            f"user, item, rating; missing {missing}, found {list(frame.columns)}"
-        )
+        raise ValueError(f"malformed ratings file {str(path)!r}: the header must name the columns "
+                         f"user, item, rating; missing {missing}, found {list(frame.columns)}")
     return frame[[c for c in ("user", "item", "rating", "timestamp") if c in frame.columns]]
 
 
@@ -114,8 +112,6 @@ def validate_ratings(frame: pd.DataFrame, rating_scale: tuple[float, float], sou
     outside = (ratings < low) | (ratings > high)
     if outside.any():
         row = int(np.flatnonzero(outside)[0])
-        raise ValueError(
-            f"{source}: {int(outside.sum())} rating(s) outside the rating scale "
-            f"[{low}, {high}], first {float(ratings[row])!r} at data row {row} (0-based)"
-        )
+        raise ValueError(f"{source}: {int(outside.sum())} rating(s) outside the rating scale "
+                         f"[{low}, {high}], first {float(ratings[row])!r} at data row {row} (0-based)")
     return frame

@@ -40,10 +40,8 @@ def as_1d(values: object, name: str, *, allow_empty: bool = False) -> np.ndarray
     try:
         arr = np.asarray(values, dtype=float)
     except (TypeError, ValueError) as exc:
-        raise ValueError(
-            f"`{name}` must be a 1-D array of numbers; could not convert "
-            f"{_preview(values)} ({exc})"
-        ) from None
+        raise ValueError(f"`{name}` must be a 1-D array of numbers; could not convert "
+                         f"{_preview(values)} ({exc})") from None
     if arr.ndim != 1:
         raise ValueError(f"`{name}` must be 1-D; got an array of shape {arr.shape}")
     if arr.size == 0 and not allow_empty:
@@ -51,10 +49,8 @@ def as_1d(values: object, name: str, *, allow_empty: bool = False) -> np.ndarray
     bad = ~np.isfinite(arr)
     if bad.any():
         first = int(np.flatnonzero(bad)[0])
-        raise ValueError(
-            f"`{name}` must be finite (no NaN or inf); got {float(arr[first])!r} at "
-            f"position {first} ({int(bad.sum())} non-finite value(s) in total)"
-        )
+        raise ValueError(f"`{name}` must be finite (no NaN or inf); got {float(arr[first])!r} at "
+                         f"position {first} ({int(bad.sum())} non-finite value(s) in total)")
     return arr
 
 

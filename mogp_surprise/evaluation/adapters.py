@@ -73,14 +73,11 @@ def arrays_from_predictions(predictions: Iterable[Any]) -> tuple[np.ndarray, np.
         try:
             _, _, r_ui, est, details = pred
         except (TypeError, ValueError):
-            raise ValueError(
-                f"`predictions[{k}]` must be a Prediction (uid, iid, r_ui, est, details); got {pred!r}"
-            ) from None
+            raise ValueError(f"`predictions[{k}]` must be a Prediction (uid, iid, r_ui, est, details); "
+                             f"got {pred!r}") from None
         if r_ui is None:
-            raise ValueError(
-                f"`predictions[{k}].r_ui` must be the true rating; got None "
-                "(predict on a testset, not on bare (uid, iid) pairs)"
-            )
+            raise ValueError(f"`predictions[{k}].r_ui` must be the true rating; got None "
+                             "(predict on a testset, not on bare (uid, iid) pairs)")
         y_true[k], mean[k], std[k] = r_ui, est, _std_of(details, k)
     return check_triplet(y_true, mean, std, y_name="y_true")
 

@@ -115,10 +115,8 @@ def get_metric(metric: str | MetricFunc) -> tuple[str, MetricFunc]:
         return getattr(metric, "__name__", "metric"), metric
     if isinstance(metric, str) and metric.lower() in METRICS:
         return metric.lower(), METRICS[metric.lower()]
-    raise ValueError(
-        f"`metrics` entries must be one of {sorted(METRICS)} or a callable "
-        f"f(y, mean) -> float; got {metric!r}"
-    )
+    raise ValueError(f"`metrics` entries must be one of {sorted(METRICS)} or a callable "
+                     f"f(y, mean) -> float; got {metric!r}")
 
 
 def gaussian_nll(y: object, mean: object, std: object) -> float:

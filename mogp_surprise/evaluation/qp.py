@@ -168,24 +168,19 @@ def qp_curves_over_folds(curves: Sequence[pd.DataFrame], ddof: int = 0) -> pd.Da
         ``rmse_std``, ...).
     """
     if isinstance(curves, pd.DataFrame) or not isinstance(curves, Sequence) or len(curves) == 0:
-        raise ValueError(
-            f"`curves` must be a non-empty list of qp_curve DataFrames; got {type(curves).__name__}"
-            + (f" of length {len(curves)}" if isinstance(curves, Sequence) else "")
-        )
+        raise ValueError(f"`curves` must be a non-empty list of qp_curve DataFrames; got "
+                         f"{type(curves).__name__}"
+                         + (f" of length {len(curves)}" if isinstance(curves, Sequence) else ""))
     first = curves[0]
     for k, curve in enumerate(curves):
         if not isinstance(curve, pd.DataFrame) or "quantile" not in curve.columns:
             raise ValueError(f"`curves[{k}]` must be a qp_curve DataFrame; got {type(curve).__name__}")
         if list(curve.columns) != list(first.columns):
-            raise ValueError(
-                f"`curves[{k}]` must have the columns of curves[0] {list(first.columns)}; "
-                f"got {list(curve.columns)}"
-            )
+            raise ValueError(f"`curves[{k}]` must have the columns of curves[0] {list(first.columns)}; "
+                             f"got {list(curve.columns)}")
         if len(curve) != len(first) or not np.allclose(curve["quantile"], first["quantile"]):
-            raise ValueError(
-                f"`curves[{k}]` must have the quantiles of curves[0] {first['quantile'].tolist()}; "
-                f"got {curve['quantile'].tolist()}"
-            )
+            raise ValueError(f"`curves[{k}]` must have the quantiles of curves[0] "
+                             f"{first['quantile'].tolist()}; got {curve['quantile'].tolist()}")
     value_columns = [c for c in first.columns if c != "quantile"]
     stacked = np.stack([c[value_columns].to_numpy(dtype=float) for c in curves])  # (folds, q, cols)
     out = {"quantile": first["quantile"].to_numpy(dtype=float), "n_folds": len(curves)}
@@ -224,9 +219,8 @@ def qp_summary(curve: pd.DataFrame, at: Iterable[float] = (1.0, 0.9, 0.8)) -> pd
     for a in levels:
         hit = np.flatnonzero(np.isclose(quantile, a, rtol=0.0, atol=1e-9))
         if hit.size == 0:
-            raise ValueError(
-                f"every value of `at` must be a quantile of `curve` {quantile.tolist()}; got {float(a)!r}"
-            )
+            raise ValueError(f"every value of `at` must be a quantile of `curve` {quantile.tolist()}; "
+                             f"got {float(a)!r}")
         rows.append(hit[0])
     over_folds = "n_folds" in curve.columns
     if over_folds:
