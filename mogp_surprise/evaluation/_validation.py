@@ -15,8 +15,8 @@ def _preview(values: object, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def as_1d(values: object, name: str, *, allow_empty: bool = False) -> np.ndarray:
-    """Convert ``values`` to a finite 1-D float array.
+def as_1d(values: object, name: str) -> np.ndarray:
+    """Convert ``values`` to a finite, non-empty 1-D float array.
 
     Parameters
     ----------
@@ -24,8 +24,6 @@ def as_1d(values: object, name: str, *, allow_empty: bool = False) -> np.ndarray
         Numbers (list, tuple, ndarray, pandas Series).
     name : str
         Argument name used in error messages.
-    allow_empty : bool, default=False
-        Whether ``n == 0`` is accepted.
 
     Returns
     -------
@@ -44,7 +42,7 @@ def as_1d(values: object, name: str, *, allow_empty: bool = False) -> np.ndarray
                          f"{_preview(values)} ({exc})") from None
     if arr.ndim != 1:
         raise ValueError(f"`{name}` must be 1-D; got an array of shape {arr.shape}")
-    if arr.size == 0 and not allow_empty:
+    if arr.size == 0:
         raise ValueError(f"`{name}` must not be empty; got an array of shape (0,)")
     bad = ~np.isfinite(arr)
     if bad.any():
