@@ -72,10 +72,9 @@ class MWGPPosterior:
             torch.ones(e.shape[0], dtype=e.dtype, device=e.device) for e in self.embeddings]
         # Laplace variances of every level's GP input (n_f, r), bias (n_f,) and bilinear factor (n_f, k):
         # the estimation uncertainty of known users and items, added to their predictive variance (empty: none)
-        self.input_var, self.level_bias_var, self.mf_level_var = (
-            list(level_variances[0]), list(level_variances[1]),
-            list(level_variances[2]) if len(level_variances) > 2 else []) \
-            if level_variances is not None else ([], [], [])
+        # (two parts, without the bilinear factors', in states saved by older versions)
+        parts = [*(level_variances if level_variances is not None else ([], [])), []]
+        self.input_var, self.level_bias_var, self.mf_level_var = (list(p) for p in parts[:3])
         self.rating_mean = float(rating_mean)
         self.rating_std = float(rating_std)
         self.chunk_size = check_int("chunk_size", chunk_size, 1)

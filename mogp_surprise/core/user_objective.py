@@ -60,13 +60,10 @@ class FoldInContext:
         self.k = posterior.mf_rank
         self.n_users, self.n_items = posterior.n_levels
         self.rating_mean, self.rating_std = posterior.rating_mean, posterior.rating_std
-        z = posterior.inducing.to(**f64)
-        ls = posterior.lengthscale.to(**f64)
+        z, ls = posterior.inducing.to(**f64), posterior.lengthscale.to(**f64)
         self.outputscale = posterior.outputscale.to(**f64)
-        self.z_user, self.ls_user = z[:, :r], ls[:r]
-        self.zs_user = self.z_user / self.ls_user
-        self.zs_item = z[:, r:] / ls[r:]
-        self.ls_item = ls[r:]
+        self.z_user, self.ls_user, self.ls_item = z[:, :r], ls[:r], ls[r:]
+        self.zs_user, self.zs_item = self.z_user / self.ls_user, z[:, r:] / self.ls_item
         self.w, self.M = posterior.w.to(**f64), posterior.M.to(**f64)
         self.global_mean = posterior.global_mean.to(**f64)
         self.log_noise = torch.log(posterior.noise.to(**f64))
