@@ -213,9 +213,6 @@ def touched_rows(module, index: Tensor) -> dict[int, Tensor]:
     forward pass already multiplies them whole by the who-rated-what graph.
     """
     rows = [torch.unique(index[:, f]) for f in range(module.n_factors)]
-    out: dict[int, Tensor] = {}
-    for tables in (module.embeddings, module.biases, module.noise_offset_mean, module.noise_offset_logvar,
-                   module.mf_factors):
-        for f, table in enumerate(tables):
-            out[id(table)] = rows[f]
-    return out
+    return {id(table): rows[f] for tables in (module.embeddings, module.biases, module.noise_offset_mean,
+                                              module.noise_offset_logvar, module.mf_factors)
+            for f, table in enumerate(tables)}
