@@ -43,7 +43,7 @@ class HyperParamsMixin:
 
     def _config(self) -> MWGPConfig:
         """Validated hyper-parameters (raises ValueError/TypeError naming the parameter)."""
-        return MWGPConfig(**{name: getattr(self, name) for name in MWGPConfig.names()})
+        return MWGPConfig(**self._hyper_params())
 
     def _hyper_params(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in MWGPConfig.names()}
@@ -346,9 +346,7 @@ _UNKNOWN_PREFIX = "UKN__"  # how AlgoBase.predict passes an id that is not in th
 
 def inner_or_unknown(x: int | str) -> int:
     """An id as ``AlgoBase.estimate`` receives it: the inner id, or -1 for Surprise's ``UKN__<raw>``."""
-    if isinstance(x, str) and x.startswith(_UNKNOWN_PREFIX):
-        return -1
-    return int(x)
+    return -1 if isinstance(x, str) and x.startswith(_UNKNOWN_PREFIX) else int(x)
 
 
 def trainset_arrays(trainset: Any) -> tuple[np.ndarray, np.ndarray]:
