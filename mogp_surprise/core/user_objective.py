@@ -102,7 +102,6 @@ class FoldInContext:
             self.p_var = torch.full((self.k,), 1.0 / mf_reg if mf_reg > 0 else math.inf, **f64, device=self.device)
             self.s_mean = zero
 
-
     # -- the objective -----------------------------------------------------------------------------
     def split(self, theta: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
         """(a, b, mu, log v, p) from the flat parameter vector of :meth:`start`."""

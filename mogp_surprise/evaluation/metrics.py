@@ -279,8 +279,6 @@ def uncertainty_report(y: object, mean: object, std: object) -> dict[str, float]
         "crps": _crps_gaussian(y_arr, mean_arr, std_arr),
     }
     coverage = _coverage(y_arr, mean_arr, std_arr, np.asarray(REPORT_LEVELS))
-    for level, observed in zip(REPORT_LEVELS, coverage):
-        report[f"coverage_{round(level * 100)}"] = float(observed)
-    report["sharpness"] = float(np.mean(std_arr))
-    report["n"] = int(y_arr.size)
+    report.update({f"coverage_{round(level * 100)}": float(o) for level, o in zip(REPORT_LEVELS, coverage)})
+    report.update(sharpness=float(np.mean(std_arr)), n=int(y_arr.size))
     return report
