@@ -48,23 +48,14 @@ def _mwgp(paper_model: bool) -> Callable[[int, dict[str, Any]], Any]:
     return make
 
 
-def _homoscedastic(factory: Callable[[int], Any]) -> Callable[[int, dict[str, Any]], Any]:
+def _homoscedastic(name: str, **kwargs: Any) -> Callable[[int, dict[str, Any]], Any]:
+    """The Surprise algorithm ``name`` (with ``kwargs``, seeded) given one residual variance."""
     def make(seed: int, params: dict[str, Any]):
+        import surprise
+
         from .homoscedastic import HomoscedasticBaseline
-        return HomoscedasticBaseline(factory(seed), random_state=seed)
+        return HomoscedasticBaseline(getattr(surprise, name)(random_state=seed, **kwargs), random_state=seed)
     return make
-
-
-def _svd(n_factors: int | None) -> Callable[[int], Any]:
-    def make(seed: int):
-        from surprise import SVD
-        return SVD(random_state=seed) if n_factors is None else SVD(n_factors=n_factors, random_state=seed)
-    return make
-
-
-def _svdpp(seed: int):
-    from surprise import SVDpp
-    return SVDpp(random_state=seed, cache_ratings=True)
 
 
 def _optional(module: str, available: str) -> Callable[[], str]:
@@ -90,9 +81,9 @@ def _bgplvm(seed: int, params: dict[str, Any]):
 ALGORITHMS: dict[str, AlgoSpec] = {
     "mwgp": AlgoSpec("MW-GP (ours)", "predictive", _mwgp(paper_model=False)),
     "mwgp_paper": AlgoSpec("MW-GP, the paper's model", "predictive", _mwgp(paper_model=True)),
-    "svd": AlgoSpec("BiasedMF (Surprise SVD)", "homoscedastic", _homoscedastic(_svd(None))),
-    "svd8": AlgoSpec("BiasedMF r=8 (SVD n_factors=8)", "homoscedastic", _homoscedastic(_svd(8))),
-    "svdpp": AlgoSpec("SVD++ (Surprise SVDpp)", "homoscedastic", _homoscedastic(_svdpp)),
+    "svd": AlgoSpec("BiasedMF (Surprise SVD)", "homoscedastic", _homoscedastic("SVD")),
+    "svd8": AlgoSpec("BiasedMF r=8 (SVD n_factors=8)", "homoscedastic", _homoscedastic("SVD", n_factors=8)),
+    "svdpp": AlgoSpec("SVD++ (Surprise SVDpp)", "homoscedastic", _homoscedastic("SVDpp", cache_ratings=True)),
     "myfm": AlgoSpec("Bayesian FM (myFM, rank 8)", "predictive", _myfm, _optional("myfm", "myfm_available")),
     "bgplvm": AlgoSpec("Bayesian GPLVM (GPyTorch)", "predictive", _bgplvm,
                        _optional("bgplvm", "gpytorch_available")),
