@@ -64,22 +64,24 @@ def _compare(args: argparse.Namespace) -> int:
     paths = write_results(result, args.out, title=title, plots=False)
     print()
     print(result.markdown())
-    paths.update(_plots(result, args.out, title))
+    plotted = _plots(result, args.out, title)
+    if plotted is None:
+        print(f"Plots skipped: {MATPLOTLIB_MISSING}")
+    paths.update(plotted or {})
     print("Wrote " + ", ".join(str(p) for p in paths.values()))
     return 0
 
 
-def _plots(result, out: str, title: str) -> dict:
-    """The QP and calibration PNGs, or one line saying why they were skipped (no matplotlib)."""
+def _plots(results, out: str, title: str) -> dict | None:
+    """The QP and calibration PNGs of a CompareResult or a results folder; None without matplotlib."""
     from .comparison import plot_results
 
     try:
-        return plot_results(result, out, title=title)
+        return plot_results(results, out, title=title)
     except ModuleNotFoundError as exc:
         if not (exc.name or "").startswith("matplotlib"):
             raise
-        print(f"Plots skipped: {MATPLOTLIB_MISSING}")
-        return {}
+        return None
 
 
 MATPLOTLIB_MISSING = ("matplotlib is not installed (from a checkout: pip install -e '.[plot]'; otherwise "
@@ -87,13 +89,8 @@ MATPLOTLIB_MISSING = ("matplotlib is not installed (from a checkout: pip install
 
 
 def _qp_plot(args: argparse.Namespace) -> int:
-    from .comparison import plot_results
-
-    try:
-        paths = plot_results(args.results, title=args.title or "")
-    except ModuleNotFoundError as exc:
-        if not (exc.name or "").startswith("matplotlib"):
-            raise
+    paths = _plots(args.results, args.results, args.title or "")
+    if paths is None:
         print(f"error: {MATPLOTLIB_MISSING}", file=sys.stderr)
         return 2
     print("Wrote " + ", ".join(str(p) for p in paths.values()))
@@ -111,17 +108,18 @@ def _fit(args: argparse.Namespace) -> int:
     from .adapters.surprise_algo import MWGP
     from .core.config import MWGPConfig
     from .core.distributed import DistributedError, init_from_env, launched_by_torchrun, shutdown
-    from .datasets import load_item_titles, load_ratings, to_surprise_dataset
+    from .datasets import DATASETS, load_item_titles, load_ratings, to_surprise_dataset
 
     if args.resume and not args.checkpoint:
         raise ValueError("--resume needs --checkpoint FILE (the checkpoint to continue from)")
     params = {"random_state": args.seed, **(json.loads(args.params) if args.params else {})}
     distributed = launched_by_torchrun()
-    main_rank = True
+    main_rank, world = True, 1
     try:
         if distributed:  # under torchrun: one model trained by every process; rank 0 reports and saves
             config = MWGPConfig(**{k: v for k, v in params.items() if k in MWGPConfig.names()})
-            main_rank = init_from_env(config.torch_device()).is_main
+            parallel = init_from_env(config.torch_device())
+            main_rank, world = parallel.is_main, parallel.world_size
             if not main_rank:
                 logging.getLogger().setLevel(logging.ERROR)
         say = print if main_rank else (lambda *a, **k: None)
@@ -131,12 +129,11 @@ def _fit(args: argparse.Namespace) -> int:
             titles, source = None, f"{args.ratings} ({len(df):,} ratings)"
         else:
             df = load_ratings(args.dataset, data_dir=args.data_dir, download=not args.no_download)
-            from .datasets import DATASETS
             scale = tuple(args.rating_scale) if args.rating_scale else DATASETS[args.dataset].rating_scale
             titles, source = load_item_titles(args.dataset, args.data_dir), f"{args.dataset} ({len(df):,} ratings)"
         trainset = to_surprise_dataset(df[["user", "item", "rating"]], rating_scale=scale).build_full_trainset()
         say(f"Fitting MW-GP on {source}: {trainset.n_users:,} users, {trainset.n_items:,} items, rating scale "
-            f"{scale[0]:g}..{scale[1]:g}" + (f"; data-parallel on {_world()} processes" if distributed else ""))
+            f"{scale[0]:g}..{scale[1]:g}" + (f"; data-parallel on {world} processes" if distributed else ""))
         started = time.perf_counter()
         algo = MWGP(**params, verbose=main_rank and not args.no_progress).fit(
             trainset, checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every, resume=args.resume,
@@ -163,12 +160,6 @@ def _fit(args: argparse.Namespace) -> int:
     return 0
 
 
-def _world() -> int:
-    import os
-
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
 def _read_ratings_file(path: str, sep: str):
     """user, item, rating[, ...] rows of a text file (ids kept as strings); a header row is skipped."""
     import pandas as pd
@@ -186,12 +177,6 @@ def _read_ratings_file(path: str, sep: str):
         row = int(np.flatnonzero(bad.to_numpy())[0])
         raise ValueError(f"{path}: {int(bad.sum())} rating(s) are not numbers (first: {df['rating'].iloc[row]!r})")
     return df.assign(user=df["user"].str.strip(), item=df["item"].str.strip(), rating=ratings.astype(float))
-
-
-def _load_model(path: str):
-    from .adapters.surprise_algo import MWGP
-
-    return MWGP.load(path)
 
 
 def _resolve(known, raw: str):
@@ -220,13 +205,10 @@ def _parse_rates(algo, rates: list[str]) -> dict:
     return out
 
 
-def _title(algo, item) -> str:
-    names = getattr(algo, "item_names_", None) or {}
-    return names.get(str(item), "")
-
-
 def _recommend(args: argparse.Namespace) -> int:
-    algo = _load_model(args.model)
+    from .adapters.surprise_algo import MWGP
+
+    algo = MWGP.load(args.model)
     users = algo._encoders()[0]
     user = _resolve(users, args.user)
     known = user in users
@@ -245,18 +227,18 @@ def _recommend(args: argparse.Namespace) -> int:
 
 def _print_rows(algo, frame) -> None:
     """One line per item: [rank,] item, [title,] mean, std and the 90 % interval within the rating scale."""
-    has_titles = bool(getattr(algo, "item_names_", None))
+    titles = getattr(algo, "item_names_", None) or {}
     low, high = algo.trainset.rating_scale
     ranked = "rank" in frame
     rows = []
     for r in frame.astype({"item": object}).to_dict("records"):  # (iterrows would turn int ids into floats)
         row = ([str(r["rank"])] if ranked else []) + [str(r["item"])]
-        if has_titles:
-            row.append(_title(algo, r["item"])[:45])
+        if titles:
+            row.append(titles.get(str(r["item"]), "")[:45])
         lo, hi = max(low, r["mean"] - Z90 * r["std"]), min(high, r["mean"] + Z90 * r["std"])
         row += [f"{r['mean']:.2f}", f"{r['std']:.2f}", f"[{lo:.2f}, {hi:.2f}]"]
         rows.append(row)
-    head = (["rank"] if ranked else []) + ["item"] + (["title"] if has_titles else []) + ["mean", "std", "90 % interval"]
+    head = (["rank"] if ranked else []) + ["item"] + (["title"] if titles else []) + ["mean", "std", "90 % interval"]
     widths = [max(len(h), *(len(row[k]) for row in rows)) if rows else len(h) for k, h in enumerate(head)]
     for line in [head, *rows]:
         print("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip())
@@ -265,15 +247,15 @@ def _print_rows(algo, frame) -> None:
 def _predict(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    algo = _load_model(args.model)
+    from .adapters.surprise_algo import MWGP
+
+    algo = MWGP.load(args.model)
     users, items = algo._encoders()
     user, item = _resolve(users, args.user), _resolve(items, args.item)
     mean, var = algo.predict_dist(user, item)
-    notes = [f"user {user} is not in the model (cold start)"] if user not in users else []
-    if item not in items:
-        notes.append(f"item {item} is not in the model (cold start)")
-    for note in notes:
-        print(note)
+    for what, raw, known in (("user", user, users), ("item", item, items)):
+        if raw not in known:
+            print(f"{what} {raw} is not in the model (cold start)")
     _print_rows(algo, pd.DataFrame({"item": pd.Series([item], dtype=object), "mean": [mean],
                                     "std": [float(np.sqrt(var))]}))
     return 0
@@ -376,7 +358,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, TypeError, FileNotFoundError, OSError, ImportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -43,7 +43,7 @@ class HyperParamsMixin:
 
     def _config(self) -> MWGPConfig:
         """Validated hyper-parameters (raises ValueError/TypeError naming the parameter)."""
-        return MWGPConfig(**{name: getattr(self, name) for name in MWGPConfig.names()})
+        return MWGPConfig(**self._hyper_params())
 
     def _hyper_params(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in MWGPConfig.names()}
@@ -151,14 +151,11 @@ def id_twin(value: Any) -> Any:
     """The same id spelt with the other type: ``"196"`` for ``196``, ``196`` for ``"196"``; else None."""
     if isinstance(value, str):
         text = value.strip()
-        if text.lstrip("-").isdecimal():
-            return int(text)
-        return None
+        return int(text) if text.lstrip("-").isdecimal() else None
     if isinstance(value, (bool, np.bool_)):
         return None
-    if isinstance(value, (numbers.Integral, np.integer)):
-        return str(int(value))
-    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+    integral = isinstance(value, (numbers.Integral, np.integer))
+    if integral or (isinstance(value, (float, np.floating)) and float(value).is_integer()):
         return str(int(value))
     return None
 
@@ -349,9 +346,7 @@ _UNKNOWN_PREFIX = "UKN__"  # how AlgoBase.predict passes an id that is not in th
 
 def inner_or_unknown(x: int | str) -> int:
     """An id as ``AlgoBase.estimate`` receives it: the inner id, or -1 for Surprise's ``UKN__<raw>``."""
-    if isinstance(x, str) and x.startswith(_UNKNOWN_PREFIX):
-        return -1
-    return int(x)
+    return -1 if isinstance(x, str) and x.startswith(_UNKNOWN_PREFIX) else int(x)
 
 
 def trainset_arrays(trainset: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -119,12 +119,11 @@ class PredictiveAlgo(AlgoBase):
                 raise ValueError("`predict_dist(testset)` expects a sequence of (uid, iid[, r]) tuples; "
                                  "pass `iid` for single ids")
             return self._moments(self._inner_index([p[0] for p in pairs], [p[1] for p in pairs]), include_noise)
-        scalar = _is_scalar_id(uid) and _is_scalar_id(iid)
-        users = [uid] if _is_scalar_id(uid) else list(uid)
-        items = [iid] if _is_scalar_id(iid) else list(iid)
-        if scalar != (_is_scalar_id(uid) or _is_scalar_id(iid)):
+        scalar = _is_scalar_id(uid)
+        if scalar != _is_scalar_id(iid):
             raise ValueError(f"`uid` and `iid` must both be raw ids or both be sequences; got {_describe(uid)} and "
                              f"{_describe(iid)}")
+        users, items = ([uid], [iid]) if scalar else (list(uid), list(iid))
         if len(users) != len(items):
             raise ValueError(f"`uid` and `iid` must have the same length, got {len(users)} and {len(items)}")
         mean, var = self._moments(self._inner_index(users, items), include_noise)

@@ -229,7 +229,7 @@ def _split_columns(X: Any, expected: int | None) -> tuple[list[np.ndarray], list
     else:
         if hasattr(X, "toarray") or hasattr(X, "tocsr"):
             raise TypeError("X must be dense id columns; sparse matrices are not supported")
-        arr = np.asarray(X, dtype=None if _uniform(X) else object)
+        arr = np.asarray(X, dtype=None if isinstance(X, np.ndarray) and X.dtype.kind != "O" else object)
         if arr.ndim != 2:
             raise ValueError(f"X must be 2-D with one column per factor (user, item[, context]); got an array "
                              f"with {arr.ndim} dimension(s) and shape {arr.shape}. Reshape your data, e.g. a "
@@ -237,9 +237,8 @@ def _split_columns(X: Any, expected: int | None) -> tuple[list[np.ndarray], list
         columns = [arr[:, k] for k in range(arr.shape[1])]
         n_rows = arr.shape[0]
     n_cols = len(columns)
-    for col in columns:
-        if col.dtype.kind == "c":
-            raise ValueError("Complex data not supported: X must hold id values")
+    if any(col.dtype.kind == "c" for col in columns):
+        raise ValueError("Complex data not supported: X must hold id values")
     if expected is None and n_cols < 2:
         raise ValueError(f"X has {n_cols} feature(s) (shape=({n_rows}, {n_cols})) while a minimum of 2 is "
                          "required: one id column per factor (user, item[, context...])")
@@ -252,10 +251,6 @@ def _split_columns(X: Any, expected: int | None) -> tuple[list[np.ndarray], list
     for name, col in zip(_labels(names, n_cols), columns):
         check_id_column(name, col)
     return columns, names
-
-
-def _uniform(X: Any) -> bool:
-    return isinstance(X, np.ndarray) and X.dtype.kind != "O"
 
 
 def _check_target(y: Any, n_rows: int) -> np.ndarray:

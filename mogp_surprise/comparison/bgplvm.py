@@ -42,6 +42,7 @@ from tqdm.auto import tqdm
 
 from ..adapters._common import trainset_arrays
 from ..adapters.predictive import PredictiveAlgo
+from ..core.errors import check_int
 from ..core.initialization import randomized_svd
 
 INSTALL_HINT = ("the Bayesian GPLVM needs the optional package GPyTorch: from a checkout of mogp_surprise run "
@@ -156,9 +157,7 @@ class BayesianGPLVMBaseline(PredictiveAlgo):
 
     def _check_params(self) -> None:
         for name in ("latent_dim", "n_inducing", "n_epochs", "batch_size", "n_samples"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"`{name}` must be an int >= 1, got {value!r}")
+            check_int(name, getattr(self, name), 1)
         if isinstance(self.lr, bool) or not isinstance(self.lr, numbers.Real) or not 0 < self.lr < math.inf:
             raise ValueError(f"`lr` must be a positive finite number, got {self.lr!r}")
 

@@ -156,11 +156,8 @@ class HomoscedasticBaseline(PredictiveAlgo):
         """
         self._check_fitted()
         est = self.algo.estimate(u, i)
-        details: dict[str, Any] = {}
-        if isinstance(est, tuple):
-            est, details = est[0], dict(est[1])
-        details.update(self._variance_details())
-        return est, details
+        est, details = (est[0], dict(est[1])) if isinstance(est, tuple) else (est, {})
+        return est, {**details, **self._variance_details()}
 
     def default_prediction(self) -> float:
         """The wrapped algorithm's fallback for impossible predictions."""

@@ -88,12 +88,11 @@ class MyFMBaseline(PredictiveAlgo):
     def _design(self, users: np.ndarray, items: np.ndarray) -> sp.csr_matrix:
         """One-hot rows; an unknown id (-1) has no active column in its block."""
         n_u, n_i = self.trainset.n_users, self.trainset.n_items
-        cols = [np.where(users >= 0, users, -1), np.where(items >= 0, n_u + items, -1)]
         rows = np.concatenate([np.arange(len(users))] * 2)
-        cols = np.concatenate(cols)
-        keep = cols >= 0
-        data = np.ones(int(keep.sum()))
-        return sp.csr_matrix((data, (rows[keep], cols[keep])), shape=(len(users), n_u + n_i))
+        cols = np.concatenate([users, n_u + items])
+        keep = np.concatenate([users >= 0, items >= 0])
+        return sp.csr_matrix((np.ones(int(keep.sum())), (rows[keep], cols[keep])),
+                             shape=(len(users), n_u + n_i))
 
     def _moments(self, index: np.ndarray, include_noise: bool = True) -> tuple[np.ndarray, np.ndarray]:
         X = self._design(index[:, 0], index[:, 1])

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
+from ..core.errors import check_int
 from ..evaluation import arrays_from_predictions, qp_curve, uncertainty_report
 from ..evaluation._validation import check_triplet
 from ..evaluation.metrics import calibration_curve
@@ -47,23 +48,14 @@ def _mwgp(paper_model: bool) -> Callable[[int, dict[str, Any]], Any]:
     return make
 
 
-def _homoscedastic(factory: Callable[[int], Any]) -> Callable[[int, dict[str, Any]], Any]:
+def _homoscedastic(name: str, **kwargs: Any) -> Callable[[int, dict[str, Any]], Any]:
+    """The Surprise algorithm ``name`` (with ``kwargs``, seeded) given one residual variance."""
     def make(seed: int, params: dict[str, Any]):
+        import surprise
+
         from .homoscedastic import HomoscedasticBaseline
-        return HomoscedasticBaseline(factory(seed), random_state=seed)
+        return HomoscedasticBaseline(getattr(surprise, name)(random_state=seed, **kwargs), random_state=seed)
     return make
-
-
-def _svd(n_factors: int | None) -> Callable[[int], Any]:
-    def make(seed: int):
-        from surprise import SVD
-        return SVD(random_state=seed) if n_factors is None else SVD(n_factors=n_factors, random_state=seed)
-    return make
-
-
-def _svdpp(seed: int):
-    from surprise import SVDpp
-    return SVDpp(random_state=seed, cache_ratings=True)
 
 
 def _optional(module: str, available: str) -> Callable[[], str]:
@@ -89,9 +81,9 @@ def _bgplvm(seed: int, params: dict[str, Any]):
 ALGORITHMS: dict[str, AlgoSpec] = {
     "mwgp": AlgoSpec("MW-GP (ours)", "predictive", _mwgp(paper_model=False)),
     "mwgp_paper": AlgoSpec("MW-GP, the paper's model", "predictive", _mwgp(paper_model=True)),
-    "svd": AlgoSpec("BiasedMF (Surprise SVD)", "homoscedastic", _homoscedastic(_svd(None))),
-    "svd8": AlgoSpec("BiasedMF r=8 (SVD n_factors=8)", "homoscedastic", _homoscedastic(_svd(8))),
-    "svdpp": AlgoSpec("SVD++ (Surprise SVDpp)", "homoscedastic", _homoscedastic(_svdpp)),
+    "svd": AlgoSpec("BiasedMF (Surprise SVD)", "homoscedastic", _homoscedastic("SVD")),
+    "svd8": AlgoSpec("BiasedMF r=8 (SVD n_factors=8)", "homoscedastic", _homoscedastic("SVD", n_factors=8)),
+    "svdpp": AlgoSpec("SVD++ (Surprise SVDpp)", "homoscedastic", _homoscedastic("SVDpp", cache_ratings=True)),
     "myfm": AlgoSpec("Bayesian FM (myFM, rank 8)", "predictive", _myfm, _optional("myfm", "myfm_available")),
     "bgplvm": AlgoSpec("Bayesian GPLVM (GPyTorch)", "predictive", _bgplvm,
                        _optional("bgplvm", "gpytorch_available")),
@@ -171,8 +163,7 @@ def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: i
     absent = [hint for hint in (registry[a].missing() for a in algos if registry[a].missing) if hint]
     if absent:  # say so before any fit, not after hours of the others
         raise ImportError("; ".join(absent))
-    if not isinstance(n_folds, (int, np.integer)) or n_folds < 2:
-        raise ValueError(f"`n_folds` must be an int >= 2, got {n_folds!r}")
+    check_int("n_folds", n_folds, 2)
     params = dict(mwgp_params or {})
     rows: list[dict[str, Any]] = []
     curves: dict[str, list[pd.DataFrame]] = {a: [] for a in algos}
@@ -186,19 +177,16 @@ def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: i
             algo = spec.make(random_state, params)
             start = time.perf_counter()
             algo.fit(trainset)
-            fit_s = time.perf_counter() - start
-            start = time.perf_counter()
+            fitted = time.perf_counter()
             y, mean, std = predictive_arrays(algo, testset, trainset.rating_scale)
-            test_s = time.perf_counter() - start
+            fit_s, test_s = fitted - start, time.perf_counter() - fitted
             curve = qp_curve(y, mean, std, quantiles=QP_QUANTILES, metrics=("rmse", "mae"))
             curves[key].append(curve)
             pooled[key].append(np.stack([y, mean, std]))
             at = curve.set_index(curve["quantile"].round(6))
             row = {"algo": key, "label": spec.label, "uncertainty": spec.uncertainty, "fold": fold}
             for q in SUMMARY_AT:
-                tag = f"q{round(q * 100)}"
-                row[f"rmse_{tag}"] = float(at.loc[round(q, 6), "rmse"])
-                row[f"mae_{tag}"] = float(at.loc[round(q, 6), "mae"])
+                row.update({f"{m}_q{round(q * 100)}": float(at.loc[round(q, 6), m]) for m in ("rmse", "mae")})
             report = uncertainty_report(y, mean, std)
             row.update({k: float(report[k]) for k in ("nll", "crps", "coverage_50", "coverage_80", "coverage_90",
                                                          "coverage_95", "sharpness")})
@@ -207,10 +195,7 @@ def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: i
             logger.info("fold %d %s: rmse %.4f (fit %.1f s)", fold + 1, key, row["rmse_q100"], fit_s)
             bar.update(1)
     bar.close()
-    calibration = {}
-    for key, parts in pooled.items():
-        y, mean, std = np.concatenate(parts, axis=1)
-        calibration[key] = calibration_curve(y, mean, std)
+    calibration = {key: calibration_curve(*np.concatenate(parts, axis=1)) for key, parts in pooled.items()}
     settings = {"n_folds": n_folds, "random_state": random_state, "algos": list(algos), "mwgp_params": params,
                 "qp_quantiles": QP_QUANTILES}
     return CompareResult(pd.DataFrame(rows), curves, calibration, settings)

@@ -61,11 +61,8 @@ class Checkpointing:
 
 def fingerprint(config: MWGPConfig, index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...]) -> dict:
     """What must agree between a checkpoint and the fit that resumes from it."""
-    params = {}
-    for name, value in config.__dict__.items():
-        if name in _FREE:
-            continue
-        params[name] = value if isinstance(value, (int, float, str, bool, type(None))) else repr(value)
+    params = {name: value if isinstance(value, (int, float, str, bool, type(None))) else repr(value)
+              for name, value in config.__dict__.items() if name not in _FREE}
     return {"config": params, "n_ratings": int(index.shape[0]), "n_levels": [int(n) for n in n_levels],
             "ratings_sum": float(np.sum(ratings, dtype=np.float64)),
             "index_sum": [int(c) for c in np.sum(index, axis=0, dtype=np.int64)]}

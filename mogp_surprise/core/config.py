@@ -13,9 +13,8 @@ import torch
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 _DEVICES = ("auto", "cpu", "cuda")
-_SCHEDULES = ("cosine", "constant")
-_INITS = ("pca", "random")
-_NOISE = ("heteroscedastic", "homoscedastic")
+_CHOICES = {"lr_schedule": ("cosine", "constant"), "init": ("pca", "random"),
+            "noise": ("heteroscedastic", "homoscedastic"), "dtype": tuple(_DTYPES)}
 #: the paper's model (Yang & Buettner, 2021): one scalar noise variance, no implicit feedback, no
 #: bilinear term, and the embedding prior tuned for it; ``MWGP(**PAPER_MODEL)`` reproduces the paper's figures
 PAPER_MODEL = {"noise": "homoscedastic", "implicit": False, "mf_rank": 0, "embedding_uncertainty": False,
@@ -163,10 +162,9 @@ class MWGPConfig:
         _check_float("validation_fraction", self.validation_fraction, positive=True)
         if not self.validation_fraction < 1:
             raise ValueError(f"`validation_fraction` must lie in (0, 1), got {self.validation_fraction!r}")
-        _check_choice("lr_schedule", self.lr_schedule, _SCHEDULES)
-        _check_choice("init", self.init, _INITS)
-        _check_choice("noise", self.noise, _NOISE)
-        _check_choice("dtype", self.dtype, tuple(_DTYPES))
+        for name, choices in _CHOICES.items():
+            if getattr(self, name) not in choices:
+                raise ValueError(f"`{name}` must be one of {choices}, got {getattr(self, name)!r}")
         for name in ("use_biases", "implicit", "embedding_uncertainty", "verbose"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise TypeError(f"`{name}` must be a bool, got {getattr(self, name)!r}")
@@ -230,8 +228,3 @@ def _check_float(name: str, value: Any, positive: bool) -> None:
 
 def _is_auto(value: Any) -> bool:
     return isinstance(value, str) and value == "auto"
-
-
-def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"`{name}` must be one of {choices}, got {value!r}")

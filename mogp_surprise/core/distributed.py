@@ -113,30 +113,28 @@ class DataParallel:
         return slice(rows.start + self.rank, rows.stop, self.world_size)
 
     # -- collectives, each turning a failure into a DistributedError --------------------------------
-    def _collective(self, what: str, fn, *args, **kwargs):
+    def _collective(self, what: str, fn, tensor: Tensor, *args) -> Tensor:  # fn works in place
+        moved = tensor.to(self.device)
         try:
-            return fn(*args, **kwargs)
+            fn(moved, *args)
         except RuntimeError as exc:  # DistBackendError and gloo/NCCL errors are RuntimeErrors
             raise DistributedError(
                 f"rank {self.rank} of {self.world_size}: {what} failed; another training process stopped, hung "
                 f"or cannot be reached ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}). "
                 "The run is aborted; restart it (with --resume to continue from the last checkpoint)") from exc
+        return moved.to(tensor.device)
 
     def all_reduce(self, tensor: Tensor, what: str = "summing gradients", op: str = "sum") -> Tensor:
         """``tensor`` summed (or maximised) over the ranks (a new tensor where it had to change device)."""
         import torch.distributed as dist
 
-        moved = tensor.to(self.device)
-        self._collective(what, dist.all_reduce, moved, {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}[op])
-        return moved.to(tensor.device)
+        return self._collective(what, dist.all_reduce, tensor, getattr(dist.ReduceOp, op.upper()))
 
     def broadcast(self, tensor: Tensor, what: str = "sharing the initial state") -> Tensor:
         """Rank 0's ``tensor`` (a new tensor where it had to change device)."""
         import torch.distributed as dist
 
-        moved = tensor.to(self.device)
-        self._collective(what, dist.broadcast, moved, 0)
-        return moved.to(tensor.device)
+        return self._collective(what, dist.broadcast, tensor, 0)
 
     def check_same_data(self, index: Tensor, y: Tensor, n_levels: tuple[int, ...]) -> None:
         """Raise :class:`DistributedError` unless every rank holds the same training data (same number of
@@ -215,9 +213,6 @@ def touched_rows(module, index: Tensor) -> dict[int, Tensor]:
     forward pass already multiplies them whole by the who-rated-what graph.
     """
     rows = [torch.unique(index[:, f]) for f in range(module.n_factors)]
-    out: dict[int, Tensor] = {}
-    for tables in (module.embeddings, module.biases, module.noise_offset_mean, module.noise_offset_logvar,
-                   module.mf_factors):
-        for f, table in enumerate(tables):
-            out[id(table)] = rows[f]
-    return out
+    return {id(table): rows[f] for tables in (module.embeddings, module.biases, module.noise_offset_mean,
+                                              module.noise_offset_logvar, module.mf_factors)
+            for f, table in enumerate(tables)}

@@ -1,5 +1,7 @@
-"""Exceptions and warnings raised by mogp_surprise; the rating check that training and fold-in share."""
+"""Exceptions and warnings raised by mogp_surprise; the input checks that several modules share."""
 from __future__ import annotations
+
+import numbers
 
 import numpy as np
 
@@ -26,3 +28,10 @@ def check_finite_ratings(ratings: np.ndarray, where: str = "", at: str = "row") 
         pos = int(np.flatnonzero(bad)[0])
         raise ValueError(f"{where}ratings must be finite; {int(bad.sum())} are NaN/inf (first at {at} {pos}: "
                          f"{float(ratings[pos])!r})")
+
+
+def check_int(name: str, value, minimum: int) -> int:
+    """``value`` as an int; ``ValueError`` naming ``name`` unless it is an integer (not a bool) >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"`{name}` must be an int >= {minimum}, got {value!r}")
+    return int(value)

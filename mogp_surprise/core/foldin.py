@@ -23,8 +23,9 @@ the log-noise offset, the Gaussian that matches the users' q(s) (their mean; the
 means plus their mean variance). Then 0 ratings give the cold-start answer and every rating narrows
 it. ``prior="model"``: the model's own priors, N(0, 1 / embedding_reg) on the embedding a_u,
 N(0, 1 / mf_reg) on p_u, N(0, 1 / bias_reg), N(0, tau_0) -- the training ELBO exactly (its gradient
-is checked against :func:`~mogp_surprise.core.objective.elbo`). With few ratings they predict worse,
-being wider than the learned users' spread (ML-1M, 5 ratings: RMSE 0.970 vs 0.938).
+is checked against :func:`~mogp_surprise.core.objective.elbo` in ``tests/core/test_foldin.py``). With
+few ratings they predict worse, being wider than the learned users' spread (ML-1M, 5 ratings: RMSE
+0.970 vs 0.938).
 
 with the closed forms of :mod:`mogp_surprise.core.objective` (the item's q(t_j) = N(mu_t_j, v_t_j)
 and the user's q(s_u) = N(mu, v) give E_q[log sigma_j^2] = log sigma^2 + mu + mu_t_j and lambda_j =
@@ -33,11 +34,8 @@ exp((v + v_t_j) / 2 - E_q[log sigma_j^2])); the code is in :mod:`mogp_surprise.c
 The user's GP input is x_u = a_u, or with implicit feedback
 ``x_u = a_u + |J|^(-1/2) sum_{j in J} y_j`` (y_j the items' implicit factors, J the items folded in),
 and likewise their bilinear factor ``p~_u = p_u + |J|^(-1/2) sum_{j in J} y'_j``; the population
-prior is on x_u and p~_u, the model's on a_u and p_u.
-With ``prior="model"`` the gradient of L w.r.t. (a_u, b_u, mu, log v, p_u) is that of
-:func:`~mogp_surprise.core.objective.elbo` w.r.t. the user's rows (checked in
-``tests/core/test_foldin.py``). Homoscedastic models have no q(s_u) (lambda_j = 1 / sigma^2),
-models without biases no b_u.
+prior is on x_u and p~_u, the model's on a_u and p_u. Homoscedastic models have no q(s_u)
+(lambda_j = 1 / sigma^2), models without biases no b_u.
 
 L is maximised in float64 by L-BFGS (strong Wolfe line search), from the prior's mean or from a
 known user's fitted values (``init_user``). At the optimum the user gets the diagonal
@@ -72,7 +70,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .errors import NumericalError, check_finite_ratings
+from .errors import NumericalError, check_finite_ratings, check_int
 from .posterior import MWGPPosterior
 from .user_objective import PRIORS, FoldInContext
 
@@ -190,14 +188,12 @@ def fold_in_many(posterior: MWGPPosterior, users: Sequence[tuple[np.ndarray, np.
     -------
     list of FoldedUser, in the order of ``users``.
     """
-    _check_int("max_iter", max_iter, 1)
+    check_int("max_iter", max_iter, 1)
     if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not tol > 0 or not math.isfinite(tol):
         raise ValueError(f"`tol` must be a finite number > 0, got {tol!r}")
     ctx = FoldInContext(posterior, prior)
     users = list(users)
-    if init_users is None:
-        init_users = [None] * len(users)
-    init_users = list(init_users)
+    init_users = [None] * len(users) if init_users is None else list(init_users)
     if len(init_users) != len(users):
         raise ValueError(f"`init_users` must hold one entry per user ({len(users)}), got {len(init_users)}")
     checked = []
@@ -317,8 +313,3 @@ def _fold(ctx: FoldInContext, items: np.ndarray, y: np.ndarray, init: int | None
         noise_scale=math.exp(float(mu) + 0.5 * float(var)), n_ratings=data.n, objective=float(value),
         n_iter=n_iter, mf_factor=(p + data.implicit_mf).cpu().numpy(), mf_factor_var=mf_var.cpu().numpy(),
         mf_factor_raw=p.cpu().numpy())
-
-
-def _check_int(name: str, value, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"`{name}` must be an int >= {minimum}, got {value!r}")

@@ -23,7 +23,8 @@ from torch import Tensor
 from .kernels import rbf_expectations
 from .linalg import inducing_terms
 from .model import MWGPModule
-from .posterior_state import TENSORS, check_chunk_size, check_rows, posterior_state, state_args, with_user_rows
+from .errors import check_int
+from .posterior_state import TENSORS, check_rows, posterior_state, state_args, with_user_rows
 from .predictive import latent_moments, population
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -71,13 +72,12 @@ class MWGPPosterior:
             torch.ones(e.shape[0], dtype=e.dtype, device=e.device) for e in self.embeddings]
         # Laplace variances of every level's GP input (n_f, r), bias (n_f,) and bilinear factor (n_f, k):
         # the estimation uncertainty of known users and items, added to their predictive variance (empty: none)
-        self.input_var, self.level_bias_var, self.mf_level_var = (
-            list(level_variances[0]), list(level_variances[1]),
-            list(level_variances[2]) if len(level_variances) > 2 else []) \
-            if level_variances is not None else ([], [], [])
+        # (two parts, without the bilinear factors', in states saved by older versions)
+        parts = [*(level_variances if level_variances is not None else ([], [])), []]
+        self.input_var, self.level_bias_var, self.mf_level_var = (list(p) for p in parts[:3])
         self.rating_mean = float(rating_mean)
         self.rating_std = float(rating_std)
-        self.chunk_size = check_chunk_size(chunk_size)
+        self.chunk_size = check_int("chunk_size", chunk_size, 1)
         self.foldin = dict(foldin) if foldin is not None else None
         self.cold_users = cold_users if cold_users is not None and bool(cold_users.any()) else None
 
@@ -142,9 +142,8 @@ class MWGPPosterior:
             "psi1": torch.stack([p[0] for p in psi]), "psi2": torch.stack([p[1] for p in psi]),
             "mf_mean": mf_mean, "mf_var": mf_var,
         }
-        own = None
-        if level_variances is not None and embedding_uncertainty:
-            own = tuple([f64(v) for v in part] for part in level_variances)
+        own = (tuple([f64(v) for v in part] for part in level_variances)
+               if level_variances is not None and embedding_uncertainty else None)
         regs = {"embedding_reg": embedding_reg, "bias_reg": bias_reg, "mf_reg": mf_reg}
         foldin = {
             **{name: None if reg is None else float(reg) for name, reg in regs.items()},
@@ -279,7 +278,7 @@ class MWGPPosterior:
         n = index.shape[0]
         mean = np.empty(n, dtype=np.float64)
         var = np.empty(n, dtype=np.float64)
-        step = self.chunk_size if chunk_size is None else check_chunk_size(chunk_size)
+        step = self.chunk_size if chunk_size is None else check_int("chunk_size", chunk_size, 1)
         for start in range(0, n, step):
             chunk = torch.as_tensor(index[start:start + step], dtype=torch.long, device=self.device)
             m, v = self.moments(chunk, include_noise)

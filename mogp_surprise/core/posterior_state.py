@@ -34,12 +34,6 @@ def map_tensors(value: Any, fn) -> Any:
     return value
 
 
-def check_chunk_size(chunk_size) -> int:
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
-        raise ValueError(f"`chunk_size` must be an int >= 1, got {chunk_size!r}")
-    return int(chunk_size)
-
-
 def posterior_state(post: "MWGPPosterior", fn=lambda t: t.detach().cpu()) -> dict[str, Any]:
     """A posterior's tensors, with ``fn`` applied to each (default: CPU copies), and numbers; inverse of
     :func:`state_args`."""
@@ -127,35 +121,26 @@ def with_user_rows(post: "MWGPPosterior", users: Sequence["FoldedUser"], rows: n
         out[torch.as_tensor(rows, device=table.device)] = vals
         return out
 
-    def pick(name: str) -> list:
-        return [getattr(u, name) for u in users]
+    def user_rows(tables: list, name: str) -> list:
+        """(users', items') ``tables`` with the users' ``name`` put into the first; [] stays []."""
+        return [put(tables[0], [getattr(u, name) for u in users]), tables[1]] if tables else []
 
-    embeddings = [put(post.embeddings[0], pick("input")), post.embeddings[1]]
-    biases = [put(post.biases[0], pick("bias")), post.biases[1]]
-    noise_scales = [put(post.noise_scales[0], pick("noise_scale")), post.noise_scales[1]]
-    mf_factors = [put(post.mf_factors[0], pick("mf_factor")), post.mf_factors[1]] if post.mf_factors else []
-    level_variances = None
-    if post.input_var:
-        level_variances = ([put(post.input_var[0], pick("input_var")), post.input_var[1]],
-                           [put(post.level_bias_var[0], pick("bias_var")), post.level_bias_var[1]],
-                           [put(post.mf_level_var[0], pick("mf_factor_var")), post.mf_level_var[1]]
-                           if post.mf_level_var else [])
+    embeddings, biases = user_rows(post.embeddings, "input"), user_rows(post.biases, "bias")
+    noise_scales = user_rows(post.noise_scales, "noise_scale")
+    mf_factors = user_rows(post.mf_factors, "mf_factor")
+    level_variances = (user_rows(post.input_var, "input_var"), user_rows(post.level_bias_var, "bias_var"),
+                       user_rows(post.mf_level_var, "mf_factor_var")) if post.input_var else None
     foldin = None
     if post.foldin is not None:
         foldin = dict(post.foldin)
         if foldin["heteroscedastic"]:
-            means, logvars = foldin["noise_offset_mean"], foldin["noise_offset_logvar"]
-            foldin["noise_offset_mean"] = [put(means[0], pick("noise_offset_mean")), means[1]]
+            foldin["noise_offset_mean"] = user_rows(foldin["noise_offset_mean"], "noise_offset_mean")
+            logvars = foldin["noise_offset_logvar"]
             foldin["noise_offset_logvar"] = [
-                put(logvars[0], [np.log(max(float(v), 1e-300)) for v in pick("noise_offset_var")]), logvars[1]]
-    cold = torch.tensor([int(u.n_ratings) == 0 for u in users], dtype=torch.bool, device=post.device)
+                put(logvars[0], [np.log(max(float(u.noise_offset_var), 1e-300)) for u in users]), logvars[1]]
     old_cold = post.cold_users if post.cold_users is not None else torch.zeros(
         post.n_levels[0], dtype=torch.bool, device=post.device)
-    if rows is None:
-        cold_users = torch.cat([old_cold, cold])
-    else:
-        cold_users = old_cold.clone()
-        cold_users[torch.as_tensor(rows, device=post.device)] = cold
+    cold_users = put(old_cold, [int(u.n_ratings) == 0 for u in users])
     tensors = {name: getattr(post, name) for name in TENSORS}
     return type(post)(tensors, embeddings, biases, post.rating_mean, post.rating_std, post.chunk_size,
                       noise_scales, level_variances, foldin, cold_users, mf_factors)

@@ -8,6 +8,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from .errors import check_int
 from .posterior import MWGPPosterior
 
 STRATEGIES = ("mean", "lcb", "ucb")
@@ -29,8 +30,7 @@ def check_strategy(strategy: str, kappa: float, n: int) -> None:
     if isinstance(kappa, bool) or not isinstance(kappa, (int, float, np.floating)) or not math.isfinite(kappa) \
             or kappa < 0:
         raise ValueError(f"`kappa` must be a finite number >= 0, got {kappa!r}")
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"`n` must be an int >= 1, got {n!r}")
+    check_int("n", n, 1)
 
 
 def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: str = "mean", kappa: float = 1.0,
@@ -83,9 +83,8 @@ def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: st
         best_score, best = torch.topk(score, width, dim=1)
         valid = torch.isfinite(best_score)
         rows = slice(start, start + b)
-        out_items[rows] = torch.where(valid, best, torch.full_like(best, -1)).cpu().numpy()
-        for name, values in (("mean", mean), ("std", std)):
-            picked = torch.gather(values, 1, best)
-            out[name][rows] = torch.where(valid, picked, torch.full_like(picked, math.nan)).double().cpu().numpy()
-        out["score"][rows] = torch.where(valid, best_score, torch.full_like(best_score, math.nan)).double().cpu().numpy()
+        out_items[rows] = best.masked_fill(~valid, -1).cpu().numpy()
+        picked = {"mean": torch.gather(mean, 1, best), "std": torch.gather(std, 1, best), "score": best_score}
+        for name, values in picked.items():
+            out[name][rows] = values.masked_fill(~valid, math.nan).double().cpu().numpy()
     return TopN(out_items, out["mean"], out["std"], out["score"])

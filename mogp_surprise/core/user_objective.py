@@ -60,13 +60,10 @@ class FoldInContext:
         self.k = posterior.mf_rank
         self.n_users, self.n_items = posterior.n_levels
         self.rating_mean, self.rating_std = posterior.rating_mean, posterior.rating_std
-        z = posterior.inducing.to(**f64)
-        ls = posterior.lengthscale.to(**f64)
+        z, ls = posterior.inducing.to(**f64), posterior.lengthscale.to(**f64)
         self.outputscale = posterior.outputscale.to(**f64)
-        self.z_user, self.ls_user = z[:, :r], ls[:r]
-        self.zs_user = self.z_user / self.ls_user
-        self.zs_item = z[:, r:] / ls[r:]
-        self.ls_item = ls[r:]
+        self.z_user, self.ls_user, self.ls_item = z[:, :r], ls[:r], ls[r:]
+        self.zs_user, self.zs_item = self.z_user / self.ls_user, z[:, r:] / self.ls_item
         self.w, self.M = posterior.w.to(**f64), posterior.M.to(**f64)
         self.global_mean = posterior.global_mean.to(**f64)
         self.log_noise = torch.log(posterior.noise.to(**f64))
@@ -104,7 +101,6 @@ class FoldInContext:
             mf_reg = float(info.get("mf_reg") or 0.0)
             self.p_var = torch.full((self.k,), 1.0 / mf_reg if mf_reg > 0 else math.inf, **f64, device=self.device)
             self.s_mean = zero
-
 
     # -- the objective -----------------------------------------------------------------------------
     def split(self, theta: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
@@ -188,11 +184,10 @@ class FoldInContext:
         theta = torch.zeros(self.r + 3 + self.k, **f64)
         if self.x_mean is not None:
             theta[:self.r] = self.x_mean - data.implicit
+            theta[self.r + 3:] = self.p_mean - data.implicit_mf
         theta[self.r] = self.b_mean
         theta[self.r + 1] = self.s_mean
         theta[self.r + 2] = self.log_tau
-        if self.x_mean is not None:
-            theta[self.r + 3:] = self.p_mean - data.implicit_mf
         if init is not None and not (self.cold_users is not None and bool(self.cold_users[init])):
             theta[:self.r] = self.user_input[init].to(**f64) - data.implicit  # the fitted GP input
             theta[self.r] = self.user_bias[init].to(**f64)

@@ -10,17 +10,6 @@ from .loaders import (DATA_ENV, DATASETS, DatasetSpec, FileLayout, describe_rati
                       to_surprise_dataset)
 from .synthetic import make_synthetic_ratings
 
-__all__ = [
-    "DATA_ENV",
-    "DATASETS",
-    "DatasetSpec",
-    "FileLayout",
-    "describe_ratings",
-    "find_data_dir",
-    "load_dataset",
-    "load_item_titles",
-    "load_ratings",
-    "make_synthetic_ratings",
-    "surprise_cache_dir",
-    "to_surprise_dataset",
-]
+__all__ = ["DATA_ENV", "DATASETS", "DatasetSpec", "FileLayout", "describe_ratings", "find_data_dir",
+           "load_dataset", "load_item_titles", "load_ratings", "make_synthetic_ratings", "surprise_cache_dir",
+           "to_surprise_dataset"]

@@ -28,8 +28,7 @@ def _read(path: Path, source, expected: str, **kwargs) -> pd.DataFrame:
     try:
         frame = pd.read_csv(source, dtype=_DTYPES, **_NA, **kwargs)
     except ValueError as exc:  # ParserError, EmptyDataError and dtype conversion errors
-        raise ValueError(f"malformed ratings file {str(path)!r} (expected {expected}): "
-                         f"{exc}") from exc
+        raise ValueError(f"malformed ratings file {str(path)!r} (expected {expected}): {exc}") from exc
     logger.debug("parsed %d rows from %s", len(frame), path)
     return frame
 
@@ -62,16 +61,12 @@ def parse_csv(path: Path) -> pd.DataFrame:
     frame = _read(path, path, "CSV with header user,item,rating", sep=",", header=0)
     missing = [c for c in ("user", "item", "rating") if c not in frame.columns]
     if missing:
-        raise ValueError(
-            f"malformed ratings file {str(path)!r}: the header must name the columns "
-            f"user, item, rating; missing {missing}, found {list(frame.columns)}"
-        )
+        raise ValueError(f"malformed ratings file {str(path)!r}: the header must name the columns "
+                         f"user, item, rating; missing {missing}, found {list(frame.columns)}")
     return frame[[c for c in ("user", "item", "rating", "timestamp") if c in frame.columns]]
 
 
-def validate_ratings(
-    frame: pd.DataFrame, rating_scale: tuple[float, float], source: str
-) -> pd.DataFrame:
+def validate_ratings(frame: pd.DataFrame, rating_scale: tuple[float, float], source: str) -> pd.DataFrame:
     """Check a parsed rating frame and return it.
 
     Parameters
@@ -96,8 +91,7 @@ def validate_ratings(
     """
     missing = [c for c in ("user", "item", "rating") if c not in frame.columns]
     if missing:
-        raise ValueError(f"{source} lacks the columns {missing}; "
-                         f"found {list(frame.columns)}")
+        raise ValueError(f"{source} lacks the columns {missing}; found {list(frame.columns)}")
     if len(frame) == 0:
         raise ValueError(f"{source} holds no ratings")
     for column in ("user", "item"):
@@ -118,8 +112,6 @@ def validate_ratings(
     outside = (ratings < low) | (ratings > high)
     if outside.any():
         row = int(np.flatnonzero(outside)[0])
-        raise ValueError(
-            f"{source}: {int(outside.sum())} rating(s) outside the rating scale "
-            f"[{low}, {high}], first {float(ratings[row])!r} at data row {row} (0-based)"
-        )
+        raise ValueError(f"{source}: {int(outside.sum())} rating(s) outside the rating scale "
+                         f"[{low}, {high}], first {float(ratings[row])!r} at data row {row} (0-based)")
     return frame

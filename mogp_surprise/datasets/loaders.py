@@ -23,8 +23,7 @@ from typing import Any, Union
 import numpy as np
 import pandas as pd
 
-from ._parsers import (Parser, parse_csv, parse_double_colon, parse_tab, parse_whitespace,
-                       validate_ratings)
+from ._parsers import Parser, parse_csv, parse_double_colon, parse_tab, parse_whitespace, validate_ratings
 
 logger = logging.getLogger(__name__)
 
@@ -151,8 +150,7 @@ def _download(spec: DatasetSpec) -> None:
     """Fetch ``spec`` through Surprise, never prompting; Surprise's prints go to the log."""
     from surprise.builtin_datasets import download_builtin_dataset  # lazy: optional at import
 
-    logger.info("downloading %r through Surprise from %s into %s",
-                spec.name, spec.url, surprise_cache_dir())
+    logger.info("downloading %r through Surprise from %s into %s", spec.name, spec.url, surprise_cache_dir())
     captured = io.StringIO()
     try:
         with contextlib.redirect_stdout(captured):
@@ -176,26 +174,23 @@ def _not_found(spec: DatasetSpec, looked: list[tuple[Path, Parser, str]],
     how = (f"Expected one of these files under the data folder: {layouts}. To get it: set the "
            f"{DATA_ENV} environment variable or pass data_dir= (--data-dir on the command line) to a folder "
            "holding one of them")
-    if spec.surprise_layout is not None:
-        how += ", or pass download=True to fetch it through Surprise (the command line does unless --no-download)"
-        if failure:
-            how = f"The download failed: {failure}.\n" + how.replace(
-                ", or pass download=True to fetch it through Surprise (the command line does unless --no-download)",
-                f", or download {spec.url} by hand and "
-                "unzip it into that folder")
-        elif download:
-            how += " (a download was attempted but did not produce the file)"
-    else:
+    if spec.surprise_layout is None:
         how += (f"; {spec.name!r} is not a Surprise builtin data set, so download=True cannot "
                 f"fetch it: download {spec.url} by hand and unzip it into the data folder")
+    elif failure:
+        how = (f"The download failed: {failure}.\n{how}, or download {spec.url} by hand and unzip it into "
+               "that folder")
+    else:
+        how += ", or pass download=True to fetch it through Surprise (the command line does unless --no-download)"
+        if download:
+            how += " (a download was attempted but did not produce the file)"
     return FileNotFoundError(
         f"ratings for data set {spec.name!r} not found. Looked at:\n" + "\n".join(lines)
         + f"\n{how}."
     )
 
 
-def load_ratings(name: str, data_dir: PathLike | None = None,
-                 download: bool = False) -> pd.DataFrame:
+def load_ratings(name: str, data_dir: PathLike | None = None, download: bool = False) -> pd.DataFrame:
     """Load a rating data set as a DataFrame with Surprise-compatible raw ids.
 
     Parameters
@@ -252,8 +247,7 @@ def load_ratings(name: str, data_dir: PathLike | None = None,
     return frame.reset_index(drop=True)
 
 
-def to_surprise_dataset(df: pd.DataFrame,
-                        rating_scale: tuple[float, float] | None = None) -> Any:
+def to_surprise_dataset(df: pd.DataFrame, rating_scale: tuple[float, float] | None = None) -> Any:
     """Build a ``surprise.Dataset`` from a DataFrame with columns ``user``, ``item``, ``rating``.
 
     Parameters
@@ -273,8 +267,7 @@ def to_surprise_dataset(df: pd.DataFrame,
         rating_scale = (float(df["rating"].min()), float(df["rating"].max()))
     else:
         if len(rating_scale) != 2 or not float(rating_scale[0]) < float(rating_scale[1]):
-            raise ValueError(f"rating_scale must be a pair (low, high) with low < high; "
-                             f"got {rating_scale!r}")
+            raise ValueError(f"rating_scale must be a pair (low, high) with low < high; got {rating_scale!r}")
         rating_scale = (float(rating_scale[0]), float(rating_scale[1]))
         validate_ratings(df, rating_scale, "df")
     from surprise import Dataset, Reader  # lazy: only this function needs Surprise

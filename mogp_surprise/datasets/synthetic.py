@@ -54,14 +54,14 @@ def _check_real(name: str, value, minimum: float = 0.0) -> float:
     return result
 
 
-def _check_pair(name: str, value, rule: str) -> tuple[float, float]:
-    if np.isscalar(value) and name == "noise_std":
-        value = (value, value)
+def _check_pair(name: str, value, rule: str, valid) -> tuple[float, float]:
+    """Finite (low, high) with ``valid(low, high)``; for noise_std a number means (value, value)."""
+    pair = (value, value) if np.isscalar(value) and name == "noise_std" else value
     try:
-        low, high = (float(v) for v in value)
+        low, high = (float(v) for v in pair)
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a pair (low, high) with {rule}; got {value!r}") from None
-    if not (math.isfinite(low) and math.isfinite(high)):
+        low = high = math.nan
+    if not (math.isfinite(low) and math.isfinite(high) and valid(low, high)):
         raise ValueError(f"{name} must be a pair (low, high) with {rule}; got {value!r}")
     return low, high
 
@@ -219,21 +219,13 @@ def make_synthetic_ratings(
     n_users, n_items = _check_int("n_users", n_users), _check_int("n_items", n_items)
     n_ratings, latent_dim = _check_int("n_ratings", n_ratings), _check_int("latent_dim", latent_dim)
     if n_ratings > n_users * n_items:
-        raise ValueError(f"n_ratings must be <= n_users * n_items = {n_users * n_items}; "
-                         f"got {n_ratings}")
-    scale = _check_pair("rating_scale", rating_scale, "finite low < high")
-    if not scale[0] < scale[1]:
-        raise ValueError(f"rating_scale must be a pair (low, high) with low < high; "
-                         f"got {rating_scale!r}")
+        raise ValueError(f"n_ratings must be <= n_users * n_items = {n_users * n_items}; got {n_ratings}")
+    scale = _check_pair("rating_scale", rating_scale, "finite low < high", lambda low, high: low < high)
     if not isinstance(integer, (bool, np.bool_)):
         raise ValueError(f"integer must be a bool; got {integer!r}")
     if integer and not all(float(v).is_integer() for v in scale):
-        raise ValueError(f"rating_scale must have integer bounds when integer=True; "
-                         f"got {rating_scale!r}")
-    noise = _check_pair("noise_std", noise_std, "0 <= low <= high")
-    if not 0.0 <= noise[0] <= noise[1]:
-        raise ValueError(f"noise_std must be a pair (low, high) with 0 <= low <= high; "
-                         f"got {noise_std!r}")
+        raise ValueError(f"rating_scale must have integer bounds when integer=True; got {rating_scale!r}")
+    noise = _check_pair("noise_std", noise_std, "0 <= low <= high", lambda low, high: 0.0 <= low <= high)
     nonlinearity = _check_real("nonlinearity", nonlinearity)
     popularity_skew = _check_real("popularity_skew", popularity_skew)
 

@@ -11,46 +11,13 @@ Surprise ``Prediction`` objects.
 """
 from __future__ import annotations
 
-from .adapters import (
-    arrays_from_predictions,
-    qp_curve_from_predictions,
-    uncertainty_report_from_predictions,
-)
-from .metrics import (
-    METRICS,
-    calibration_curve,
-    crps_gaussian,
-    gaussian_nll,
-    get_metric,
-    interval_coverage,
-    mae,
-    register_metric,
-    rmse,
-    sharpness,
-    uncertainty_report,
-)
+from . import adapters, metrics, plots
+from .adapters import arrays_from_predictions, qp_curve_from_predictions, uncertainty_report_from_predictions
+from .metrics import (METRICS, calibration_curve, crps_gaussian, gaussian_nll, get_metric, interval_coverage,
+                      mae, register_metric, rmse, sharpness, uncertainty_report)
 from .plots import plot_calibration, plot_qp, save_figure
 from .qp import qp_curve, qp_curves_over_folds, qp_summary
 
-__all__ = [
-    "METRICS",
-    "register_metric",
-    "get_metric",
-    "rmse",
-    "mae",
-    "gaussian_nll",
-    "crps_gaussian",
-    "interval_coverage",
-    "calibration_curve",
-    "sharpness",
-    "uncertainty_report",
-    "qp_curve",
-    "qp_curves_over_folds",
-    "qp_summary",
-    "arrays_from_predictions",
-    "qp_curve_from_predictions",
-    "uncertainty_report_from_predictions",
-    "plot_qp",
-    "plot_calibration",
-    "save_figure",
-]
+# the public names of the submodules (qp's helpers resolve_quantiles and n_kept stay in qp)
+__all__ = [*metrics.__all__, "qp_curve", "qp_curves_over_folds", "qp_summary", *adapters.__all__,
+           *plots.__all__]

@@ -15,8 +15,8 @@ def _preview(values: object, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def as_1d(values: object, name: str, *, allow_empty: bool = False) -> np.ndarray:
-    """Convert ``values`` to a finite 1-D float array.
+def as_1d(values: object, name: str) -> np.ndarray:
+    """Convert ``values`` to a finite, non-empty 1-D float array.
 
     Parameters
     ----------
@@ -24,8 +24,6 @@ def as_1d(values: object, name: str, *, allow_empty: bool = False) -> np.ndarray
         Numbers (list, tuple, ndarray, pandas Series).
     name : str
         Argument name used in error messages.
-    allow_empty : bool, default=False
-        Whether ``n == 0`` is accepted.
 
     Returns
     -------
@@ -40,21 +38,17 @@ def as_1d(values: object, name: str, *, allow_empty: bool = False) -> np.ndarray
     try:
         arr = np.asarray(values, dtype=float)
     except (TypeError, ValueError) as exc:
-        raise ValueError(
-            f"`{name}` must be a 1-D array of numbers; could not convert "
-            f"{_preview(values)} ({exc})"
-        ) from None
+        raise ValueError(f"`{name}` must be a 1-D array of numbers; could not convert "
+                         f"{_preview(values)} ({exc})") from None
     if arr.ndim != 1:
         raise ValueError(f"`{name}` must be 1-D; got an array of shape {arr.shape}")
-    if arr.size == 0 and not allow_empty:
+    if arr.size == 0:
         raise ValueError(f"`{name}` must not be empty; got an array of shape (0,)")
     bad = ~np.isfinite(arr)
     if bad.any():
         first = int(np.flatnonzero(bad)[0])
-        raise ValueError(
-            f"`{name}` must be finite (no NaN or inf); got {float(arr[first])!r} at "
-            f"position {first} ({int(bad.sum())} non-finite value(s) in total)"
-        )
+        raise ValueError(f"`{name}` must be finite (no NaN or inf); got {float(arr[first])!r} at "
+                         f"position {first} ({int(bad.sum())} non-finite value(s) in total)")
     return arr
 
 
@@ -80,9 +74,7 @@ def check_std(std: object, name: str = "std", *, strict: bool = False) -> np.nda
     if bad.any():
         first = int(np.flatnonzero(bad)[0])
         rule = "> 0" if strict else ">= 0"
-        raise ValueError(
-            f"`{name}` must be {rule} everywhere; got {float(arr[first])!r} at position {first}"
-        )
+        raise ValueError(f"`{name}` must be {rule} everywhere; got {float(arr[first])!r} at position {first}")
     return arr
 
 
@@ -139,7 +131,5 @@ def check_levels(levels: object, name: str = "levels") -> np.ndarray:
     arr = as_1d(levels, name)
     bad = (arr <= 0) | (arr > 1)
     if bad.any():
-        raise ValueError(
-            f"every value of `{name}` must lie in (0, 1]; got {arr[bad].tolist()}"
-        )
+        raise ValueError(f"every value of `{name}` must lie in (0, 1]; got {arr[bad].tolist()}")
     return arr

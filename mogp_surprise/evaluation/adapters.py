@@ -19,11 +19,7 @@ from ._validation import check_triplet
 from .metrics import uncertainty_report
 from .qp import qp_curve
 
-__all__ = [
-    "arrays_from_predictions",
-    "qp_curve_from_predictions",
-    "uncertainty_report_from_predictions",
-]
+__all__ = ["arrays_from_predictions", "qp_curve_from_predictions", "uncertainty_report_from_predictions"]
 
 _NO_STD_ADVICE = (
     "point-estimate algorithms such as SVD() give no uncertainty; wrap them in "
@@ -41,14 +37,10 @@ def _std_of(details: Any, k: int) -> float:
                 raise ValueError(f"`predictions[{k}].details['var']` must be >= 0; got {var!r}")
             return math.sqrt(var)
     keys = sorted(details) if isinstance(details, dict) else type(details).__name__
-    raise ValueError(
-        f"`predictions[{k}].details` must hold 'std' or 'var'; got {keys}: {_NO_STD_ADVICE}"
-    )
+    raise ValueError(f"`predictions[{k}].details` must hold 'std' or 'var'; got {keys}: {_NO_STD_ADVICE}")
 
 
-def arrays_from_predictions(
-    predictions: Iterable[Any],
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def arrays_from_predictions(predictions: Iterable[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Extract ``(y_true, mean, std)`` from Surprise predictions.
 
     Parameters
@@ -76,24 +68,18 @@ def arrays_from_predictions(
     predictions = list(predictions)
     if not predictions:
         raise ValueError("`predictions` must not be empty; got 0 predictions")
-    y_true = np.empty(len(predictions))
-    mean = np.empty(len(predictions))
-    std = np.empty(len(predictions))
+    y_true, mean, std = np.empty((3, len(predictions)))
     for k, pred in enumerate(predictions):
         try:
             _, _, r_ui, est, details = pred
         except (TypeError, ValueError):
-            raise ValueError(
-                f"`predictions[{k}]` must be a Prediction (uid, iid, r_ui, est, details); got {pred!r}"
-            ) from None
+            raise ValueError(f"`predictions[{k}]` must be a Prediction (uid, iid, r_ui, est, details); "
+                             f"got {pred!r}") from None
         if r_ui is None:
-            raise ValueError(
-                f"`predictions[{k}].r_ui` must be the true rating; got None "
-                "(predict on a testset, not on bare (uid, iid) pairs)"
-            )
+            raise ValueError(f"`predictions[{k}].r_ui` must be the true rating; got None "
+                             "(predict on a testset, not on bare (uid, iid) pairs)")
         y_true[k], mean[k], std[k] = r_ui, est, _std_of(details, k)
-    y_true, mean, std = check_triplet(y_true, mean, std, y_name="y_true")
-    return y_true, mean, std
+    return check_triplet(y_true, mean, std, y_name="y_true")
 
 
 def qp_curve_from_predictions(predictions: Iterable[Any], **kwargs: Any) -> pd.DataFrame:

@@ -19,19 +19,8 @@ from scipy import special, stats
 
 from ._validation import check_levels, check_std, check_triplet
 
-__all__ = [
-    "METRICS",
-    "register_metric",
-    "get_metric",
-    "rmse",
-    "mae",
-    "gaussian_nll",
-    "crps_gaussian",
-    "interval_coverage",
-    "calibration_curve",
-    "sharpness",
-    "uncertainty_report",
-]
+__all__ = ["METRICS", "register_metric", "get_metric", "rmse", "mae", "gaussian_nll", "crps_gaussian",
+           "interval_coverage", "calibration_curve", "sharpness", "uncertainty_report"]
 
 MetricFunc = Callable[[np.ndarray, np.ndarray], float]
 
@@ -105,9 +94,7 @@ def register_metric(name: str, func: MetricFunc, *, overwrite: bool = False) -> 
     if not callable(func):
         raise ValueError(f"`func` must be callable f(y, mean) -> float; got {func!r}")
     if name in METRICS and not overwrite:
-        raise ValueError(
-            f"`name` {name!r} is already registered; pass overwrite=True to replace it"
-        )
+        raise ValueError(f"`name` {name!r} is already registered; pass overwrite=True to replace it")
     METRICS[name] = func
 
 
@@ -128,10 +115,8 @@ def get_metric(metric: str | MetricFunc) -> tuple[str, MetricFunc]:
         return getattr(metric, "__name__", "metric"), metric
     if isinstance(metric, str) and metric.lower() in METRICS:
         return metric.lower(), METRICS[metric.lower()]
-    raise ValueError(
-        f"`metrics` entries must be one of {sorted(METRICS)} or a callable "
-        f"f(y, mean) -> float; got {metric!r}"
-    )
+    raise ValueError(f"`metrics` entries must be one of {sorted(METRICS)} or a callable "
+                     f"f(y, mean) -> float; got {metric!r}")
 
 
 def gaussian_nll(y: object, mean: object, std: object) -> float:
@@ -294,8 +279,6 @@ def uncertainty_report(y: object, mean: object, std: object) -> dict[str, float]
         "crps": _crps_gaussian(y_arr, mean_arr, std_arr),
     }
     coverage = _coverage(y_arr, mean_arr, std_arr, np.asarray(REPORT_LEVELS))
-    for level, observed in zip(REPORT_LEVELS, coverage):
-        report[f"coverage_{round(level * 100)}"] = float(observed)
-    report["sharpness"] = float(np.mean(std_arr))
-    report["n"] = int(y_arr.size)
+    report.update({f"coverage_{round(level * 100)}": float(o) for level, o in zip(REPORT_LEVELS, coverage)})
+    report.update(sharpness=float(np.mean(std_arr)), n=int(y_arr.size))
     return report

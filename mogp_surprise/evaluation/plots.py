@@ -50,9 +50,8 @@ def _backend_unset(matplotlib: Any) -> bool:
 
 
 def _headless() -> bool:
-    if sys.platform.startswith("linux"):
-        return not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
-    return False
+    display = os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+    return sys.platform.startswith("linux") and not display
 
 
 def _check_mapping(value: object, name: str, what: str) -> Mapping:
@@ -62,10 +61,7 @@ def _check_mapping(value: object, name: str, what: str) -> Mapping:
 
 
 def _new_axes(ax: Any) -> Any:
-    if ax is not None:
-        return ax
-    _, ax = _pyplot().subplots(figsize=_FIGSIZE, layout="constrained")
-    return ax
+    return ax if ax is not None else _pyplot().subplots(figsize=_FIGSIZE, layout="constrained")[1]
 
 
 def plot_qp(
@@ -111,10 +107,8 @@ def plot_qp(
         if not isinstance(curve, pd.DataFrame) or "quantile" not in curve.columns:
             raise ValueError(f"`curves[{label!r}]` must be a qp_curve DataFrame; got {type(curve).__name__}")
         if metric not in curve.columns and f"{metric}_mean" not in curve.columns:
-            raise ValueError(
-                f"`metric` must be a column of `curves[{label!r}]`; got {metric!r}, "
-                f"available: {list(curve.columns)}"
-            )
+            raise ValueError(f"`metric` must be a column of `curves[{label!r}]`; got {metric!r}, "
+                             f"available: {list(curve.columns)}")
     ax = _new_axes(ax)
     for label, curve in curves.items():
         x = 100.0 * curve["quantile"].to_numpy(dtype=float)
@@ -163,10 +157,8 @@ def plot_calibration(
     curves = _check_mapping(curves, "curves", "calibration_curve DataFrame")
     for label, curve in curves.items():
         if not isinstance(curve, pd.DataFrame) or not {"expected", "observed"} <= set(curve.columns):
-            raise ValueError(
-                f"`curves[{label!r}]` must be a calibration_curve DataFrame with columns "
-                f"'expected' and 'observed'; got {type(curve).__name__}"
-            )
+            raise ValueError(f"`curves[{label!r}]` must be a calibration_curve DataFrame with columns "
+                             f"'expected' and 'observed'; got {type(curve).__name__}")
     ax = _new_axes(ax)
     ax.plot([0, 1], [0, 1], linestyle=":", color="black", linewidth=1, label="calibrated")
     for label, curve in curves.items():

@@ -142,18 +142,11 @@ def qp_curve(
     order = np.argsort(std_arr, kind="stable")
     y_sorted, mean_sorted, std_sorted = y_arr[order], mean_arr[order], std_arr[order]
     counts = n_kept(qs, y_arr.size)
-    rows = []
-    for q, k in zip(qs, counts):
-        row = {"quantile": float(q), "n": int(k), "std_threshold": float(std_sorted[k - 1])}
-        for name, func in resolved:
-            row[name] = float(func(y_sorted[:k], mean_sorted[:k]))
-        rows.append(row)
+    rows = [{"quantile": float(q), "n": int(k), "std_threshold": float(std_sorted[k - 1]),
+             **{name: float(func(y_sorted[:k], mean_sorted[:k])) for name, func in resolved}}
+            for q, k in zip(qs, counts)]
     logger.debug("qp_curve: %d predictions, %d quantiles, metrics %s", y_arr.size, qs.size, names)
     return pd.DataFrame(rows, columns=[*BASE_COLUMNS, *names])
-
-
-def _metric_columns(curve: pd.DataFrame) -> list[str]:
-    return [c for c in curve.columns if c not in BASE_COLUMNS]
 
 
 def qp_curves_over_folds(curves: Sequence[pd.DataFrame], ddof: int = 0) -> pd.DataFrame:
@@ -175,24 +168,19 @@ def qp_curves_over_folds(curves: Sequence[pd.DataFrame], ddof: int = 0) -> pd.Da
         ``rmse_std``, ...).
     """
     if isinstance(curves, pd.DataFrame) or not isinstance(curves, Sequence) or len(curves) == 0:
-        raise ValueError(
-            f"`curves` must be a non-empty list of qp_curve DataFrames; got {type(curves).__name__}"
-            + (f" of length {len(curves)}" if isinstance(curves, Sequence) else "")
-        )
+        raise ValueError(f"`curves` must be a non-empty list of qp_curve DataFrames; got "
+                         f"{type(curves).__name__}"
+                         + (f" of length {len(curves)}" if isinstance(curves, Sequence) else ""))
     first = curves[0]
     for k, curve in enumerate(curves):
         if not isinstance(curve, pd.DataFrame) or "quantile" not in curve.columns:
             raise ValueError(f"`curves[{k}]` must be a qp_curve DataFrame; got {type(curve).__name__}")
         if list(curve.columns) != list(first.columns):
-            raise ValueError(
-                f"`curves[{k}]` must have the columns of curves[0] {list(first.columns)}; "
-                f"got {list(curve.columns)}"
-            )
+            raise ValueError(f"`curves[{k}]` must have the columns of curves[0] {list(first.columns)}; "
+                             f"got {list(curve.columns)}")
         if len(curve) != len(first) or not np.allclose(curve["quantile"], first["quantile"]):
-            raise ValueError(
-                f"`curves[{k}]` must have the quantiles of curves[0] {first['quantile'].tolist()}; "
-                f"got {curve['quantile'].tolist()}"
-            )
+            raise ValueError(f"`curves[{k}]` must have the quantiles of curves[0] "
+                             f"{first['quantile'].tolist()}; got {curve['quantile'].tolist()}")
     value_columns = [c for c in first.columns if c != "quantile"]
     stacked = np.stack([c[value_columns].to_numpy(dtype=float) for c in curves])  # (folds, q, cols)
     out = {"quantile": first["quantile"].to_numpy(dtype=float), "n_folds": len(curves)}
@@ -203,10 +191,6 @@ def qp_curves_over_folds(curves: Sequence[pd.DataFrame], ddof: int = 0) -> pd.Da
         out[f"{col}_mean"] = means[:, j]
         out[f"{col}_std"] = stds[:, j]
     return pd.DataFrame(out)
-
-
-def _label(q: float) -> str:
-    return f"q{round(100 * q, 6):g}"
 
 
 def qp_summary(curve: pd.DataFrame, at: Iterable[float] = (1.0, 0.9, 0.8)) -> pd.Series:
@@ -235,23 +219,20 @@ def qp_summary(curve: pd.DataFrame, at: Iterable[float] = (1.0, 0.9, 0.8)) -> pd
     for a in levels:
         hit = np.flatnonzero(np.isclose(quantile, a, rtol=0.0, atol=1e-9))
         if hit.size == 0:
-            raise ValueError(
-                f"every value of `at` must be a quantile of `curve` {quantile.tolist()}; got {float(a)!r}"
-            )
+            raise ValueError(f"every value of `at` must be a quantile of `curve` {quantile.tolist()}; "
+                             f"got {float(a)!r}")
         rows.append(hit[0])
     over_folds = "n_folds" in curve.columns
     if over_folds:
         skip = {f"{c}_mean" for c in BASE_COLUMNS}
         metrics = [c[: -len("_mean")] for c in curve.columns if c.endswith("_mean") and c not in skip]
     else:
-        metrics = _metric_columns(curve)
+        metrics = [c for c in curve.columns if c not in BASE_COLUMNS]
     values: dict[str, float] = {}
     for m in metrics:
         for a, r in zip(levels, rows):
-            key = f"{m}_{_label(a)}"
+            key = f"{m}_q{round(100 * a, 6):g}"
+            values[key] = float(curve[f"{m}_mean" if over_folds else m].iloc[r])
             if over_folds:
-                values[key] = float(curve[f"{m}_mean"].iloc[r])
                 values[f"{key}_std"] = float(curve[f"{m}_std"].iloc[r])
-            else:
-                values[key] = float(curve[m].iloc[r])
     return pd.Series(values, dtype=float)
