@@ -24,17 +24,23 @@ import torch
 
 from .config import MWGPConfig
 
-#: row-sparse updates when the per-level tables have more than this many rows per minibatch rating;
-#: measured (paper's model, 1M ratings, batch 8192, 2 threads), ms per step dense / row-sparse:
-#: 11K rows 7.9 / 10.5, 110K 8.9 / 12.0, 330K 10.9 / 12.5, 1.1M 18.7 / 13.8 (equal near 520K rows)
-SPARSE_ROWS_PER_BATCH = 64.0
+#: row-sparse updates when the per-level tables have more than this many rows per minibatch rating
+#: (with numba's kernel on CPU: the second number); measured (paper's model, 1M ratings, batch 8192,
+#: 2 threads), ms per step dense / row-sparse by torch operations / row-sparse by the kernel: 11K rows
+#: 6.46 / 7.77 / 7.16, 110K 8.57 / 9.05 / 7.76, 330K 13.11 / 9.65 / 8.25 (equal near 137K and 57K rows)
+SPARSE_ROWS_PER_BATCH, SPARSE_ROWS_PER_BATCH_KERNEL = 16.0, 6.0
 
 
 def uses_sparse_rows(config: MWGPConfig, n_levels: tuple[int, ...], batch: int) -> bool:
     """Whether training updates the per-level tables row-sparsely (module docstring)."""
     if config.implicit or config.noise == "heteroscedastic":
         return False  # their forward pass (implicit products) or KL touches every row each step anyway
-    return sum(n_levels) > SPARSE_ROWS_PER_BATCH * batch
+    rows = sum(n_levels)
+    if rows > SPARSE_ROWS_PER_BATCH * batch:
+        return True
+    # numba is imported only for a catalogue this large
+    return (rows > SPARSE_ROWS_PER_BATCH_KERNEL * batch and config.torch_device().type == "cpu"
+            and row_kernel() is not None)
 
 
 def schedule(kind: str, total_steps: int):

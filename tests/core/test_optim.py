@@ -131,12 +131,20 @@ def test_when_every_row_is_touched_every_step_sparse_and_dense_adam_agree():
     assert not torch.equal(mods[0].embeddings[0], module(3).embeddings[0])
 
 
-def test_sparse_rows_only_for_large_catalogues_without_implicit_feedback_or_per_level_noise():
+def test_sparse_rows_only_for_large_catalogues_without_implicit_feedback_or_per_level_noise(monkeypatch):
     paper = MWGPConfig(**PAPER)
     assert uses_sparse_rows(paper, (900_000, 100_000), 8192)
-    assert not uses_sparse_rows(paper, (300_000, 30_000), 8192)  # the dense pass is still cheaper
+    assert uses_sparse_rows(paper, (120_000, 20_000), 8192)
+    assert not uses_sparse_rows(paper, (30_000, 3_000), 8192)  # the dense pass is still cheaper
     assert not uses_sparse_rows(paper, (6040, 3706), 8192)
     assert not uses_sparse_rows(MWGPConfig(), (900_000, 100_000), 8192)
+    # between the two thresholds: row-sparse where the compiled update is available
+    monkeypatch.setattr(optim, "row_kernel", lambda: None)
+    assert not uses_sparse_rows(paper, (60_000, 10_000), 8192)
+    monkeypatch.setattr(optim, "row_kernel", lambda: object())
+    assert uses_sparse_rows(paper, (60_000, 10_000), 8192)
+    monkeypatch.setattr(MWGPConfig, "torch_device", lambda self: torch.device("cuda"))  # the kernel is CPU-only
+    assert not uses_sparse_rows(paper, (60_000, 10_000), 8192)
 
 
 def test_a_fit_on_the_sparse_path_learns_and_resumes_exactly(monkeypatch, tmp_path):
