@@ -152,7 +152,7 @@ class _DataFit(torch.autograd.Function):
             km = ctx.km
             if km is None:
                 km = k @ M if ctx.km_out is None else torch.mm(k, M, out=ctx.km_out)
-            ctx.km = None
+            ctx.km = ctx.km_out = None  # a repeated backward allocates its own K M (the workspace is back)
             # dK = 2g diag(lambda) (K M - err w^T); dlogK = dK * K, both in place in the K M buffer
             if weights is None:
                 glog = km.addr_(err, w, beta=2.0 * g, alpha=-2.0 * g).mul_(k)
