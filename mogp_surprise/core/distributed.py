@@ -33,6 +33,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .model import distinct_rows
+
 #: seconds a collective waits for the other ranks before the run is declared broken (``MOGP_DIST_TIMEOUT``)
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -212,7 +214,7 @@ def touched_rows(module, index: Tensor) -> dict[int, Tensor]:
     The implicit-feedback tables are not listed (so they are all-reduced whole): every step's
     forward pass already multiplies them whole by the who-rated-what graph.
     """
-    rows = [torch.unique(index[:, f]) for f in range(module.n_factors)]
+    rows = [distinct_rows(index[:, f])[0] for f in range(module.n_factors)]  # the model's one way to find them
     return {id(table): rows[f] for tables in (module.embeddings, module.biases, module.noise_offset_mean,
                                               module.noise_offset_logvar, module.mf_factors)
             for f, table in enumerate(tables)}
