@@ -305,12 +305,25 @@ def gather_rows(table: Tensor, index: Tensor) -> Tensor:
 
 
 def distinct_rows(index: Tensor) -> tuple[Tensor, Tensor]:
-    """``torch.unique(index, return_inverse=True)``; on CPU through numpy's sort, which is faster for
-    a minibatch's indices (8,192 of 1M rows: 133 vs 344 us)."""
-    if index.device.type != "cpu":
+    """``torch.unique(index, return_inverse=True)`` for non-negative indices.
+
+    On CPU by one numpy sort of ``index << b | position`` (b bits hold a position): the sorted keys
+    give the distinct rows in order and, through the positions, every entry's place among them. For a
+    minibatch's indices (8,192 of 1M rows) 82 us against 130 us for ``np.unique`` and 344 us for
+    ``torch.unique`` (2 threads).
+    """
+    n = index.shape[0]
+    bits = max(1, (n - 1).bit_length())
+    if index.device.type != "cpu" or n == 0 or int(index.max()) >= 1 << (62 - bits):
         return torch.unique(index, return_inverse=True)
-    rows, inverse = np.unique(index.numpy(), return_inverse=True)
-    return torch.from_numpy(rows).to(index.dtype), torch.from_numpy(inverse.reshape(-1)).to(index.dtype)
+    keys = np.sort((index.numpy().astype(np.int64, copy=False) << bits) | np.arange(n))
+    values = keys >> bits
+    first = np.empty(n, dtype=bool)
+    first[0] = True
+    np.not_equal(values[1:], values[:-1], out=first[1:])
+    inverse = np.empty(n, dtype=np.int64)
+    inverse[keys & ((1 << bits) - 1)] = torch.cumsum(torch.from_numpy(first), 0).numpy() - 1  # numpy's: 2x slower
+    return torch.from_numpy(values[first]).to(index.dtype), torch.from_numpy(inverse).to(index.dtype)
 
 
 class _Gather(torch.autograd.Function):

@@ -117,9 +117,14 @@ def test_gather_rows_has_the_gradient_of_index_select() -> None:
         assert torch.autograd.gradcheck(lambda t: gather_rows(t, index), (table,))
 
 
-def test_distinct_rows_is_torch_unique() -> None:
-    index = torch.tensor([5, 2, 5, 9, 0, 2, 2])
-    rows, inverse = distinct_rows(index)
-    expected = torch.unique(index, return_inverse=True)
-    assert torch.equal(rows, expected[0]) and torch.equal(inverse, expected[1])
-    assert rows.dtype == index.dtype and inverse.dtype == index.dtype
+@pytest.mark.parametrize("n_rows, size, dtype", [(10, 7, torch.int64), (1, 1, torch.int64), (50, 20_000, torch.int64),
+                                                  (1_000_000, 8192, torch.int64), (300, 1000, torch.int32),
+                                                  (2 ** 61, 100, torch.int64)])  # too large to pack: torch.unique
+def test_distinct_rows_is_torch_unique(n_rows, size, dtype) -> None:
+    gen = torch.Generator().manual_seed(size)
+    for _ in range(3):
+        index = torch.randint(0, n_rows, (size,), generator=gen, dtype=torch.int64).to(dtype)
+        rows, inverse = distinct_rows(index)
+        expected = torch.unique(index, return_inverse=True)
+        assert torch.equal(rows, expected[0]) and torch.equal(inverse, expected[1])
+        assert rows.dtype == index.dtype and inverse.dtype == index.dtype
