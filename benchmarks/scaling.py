@@ -4,6 +4,7 @@ its own process).
     python benchmarks/scaling.py                    # 1M, 3M, 10M ratings, users and items growing with them
     python benchmarks/scaling.py --catalogue        # 10M ratings over 10K, 100K and 1M users (items = users / 10)
     python benchmarks/scaling.py --quick            # 100K, 300K ratings
+    python benchmarks/scaling.py --catalogue --rounds 3   # every size three times, alternating: medians
 
 The paper's model (``PAPER_MODEL``: no implicit feedback, one noise variance) is the one whose
 step can be independent of the catalogue; the default model's implicit-feedback products and
@@ -17,14 +18,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import peak_rss_mb, synthetic_index, table, write_json  # noqa: E402
 
 
 def one(n_ratings: int, n_users: int | None) -> dict:
     """Runs in a child process: generate, fit three epochs, report the epoch time and peak RSS."""
-    import numpy as np
-
     from mogp_surprise.core import MWGPConfig, fit_mwgp
     from mogp_surprise.core.config import PAPER_MODEL
     from mogp_surprise.core.optim import uses_sparse_rows
@@ -52,6 +53,8 @@ def main(argv=None) -> dict:
     p.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 3_000_000, 10_000_000])
     p.add_argument("--catalogue", action="store_true", help="10M ratings over 10K, 100K and 1M users")
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run every size this many times, alternating; report medians and the median ratio")
     p.add_argument("--child", type=int, nargs=2, default=None, help=argparse.SUPPRESS)
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
@@ -63,18 +66,36 @@ def main(argv=None) -> dict:
         runs = [(10_000_000, u) for u in (10_000, 100_000, 1_000_000)]
     if a.quick:
         runs = [(100_000, 0), (300_000, 0)]
+    # every round runs each size in its own process (alternating with the other sizes, the order reversed
+    # every other round): on a shared machine the per-round ratio to the first size and its median over
+    # rounds are steadier than one sweep
+    rounds: list[list[dict]] = []
+    for k in range(a.rounds):
+        done = {}
+        for n, users in (runs if k % 2 == 0 else runs[::-1]):
+            proc = subprocess.run([sys.executable, __file__, "--child", str(n), str(users)], capture_output=True,
+                                  text=True, check=True)
+            done[(n, users)] = json.loads(proc.stdout.strip().splitlines()[-1])
+        rounds.append([done[key] for key in runs])
     rows = []
-    for n, users in runs:
-        proc = subprocess.run([sys.executable, __file__, "--child", str(n), str(users)], capture_output=True,
-                              text=True, check=True)
-        rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    base = rows[0]
-    for r in rows:
-        r["epoch_s_per_M"] = r["epoch_s"] / (r["n_ratings"] / 1e6)
-        r["vs_first"] = r["epoch_s"] / (base["epoch_s"] * r["n_ratings"] / base["n_ratings"])
+    for j in range(len(runs)):
+        per_round = [r[j] for r in rounds]
+        row = dict(per_round[0])
+        row["epoch_s_rounds"] = [r["epoch_s"] for r in per_round]
+        row["epoch_s"] = float(np.median(row["epoch_s_rounds"]))
+        row["peak_rss_mb"] = max(r["peak_rss_mb"] for r in per_round)
+        row["epoch_s_per_M"] = row["epoch_s"] / (row["n_ratings"] / 1e6)
+        row["vs_first_rounds"] = [r[j]["epoch_s"] / (r[0]["epoch_s"] * r[j]["n_ratings"] / r[0]["n_ratings"])
+                                  for r in rounds]
+        row["vs_first"] = float(np.median(row["vs_first_rounds"]))
+        rows.append(row)
     print("one epoch of the paper's model (m=128, r=8, batch 8192, float32); peak RSS includes data generation")
+    if a.rounds > 1:
+        print(f"median of {a.rounds} alternating rounds; vs_first: median of the rounds' ratios")
     print(table([{k: r[k] for k in ("n_ratings", "n_users", "n_items", "row_sparse", "epoch_s", "epoch_s_per_M",
                                     "vs_first", "peak_rss_mb")} for r in rows]))
+    if a.rounds > 1:
+        print("per round, vs_first of the last size:", " ".join(f"{v:.3f}" for v in rows[-1]["vs_first_rounds"]))
     name = "scaling" + ("_catalogue" if a.catalogue else "") + ("_quick" if a.quick else "")
     path = write_json(name, {"rows": rows}, a.out)
     print("wrote", path)
