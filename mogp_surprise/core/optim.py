@@ -14,9 +14,9 @@ those rows; the dense parameters keep fused Adam. A step then costs nothing for 
 not touch. Their prior is kept exact by lazy decay: a row that was not touched for k steps has not
 moved, so the prior gradients it missed add up to exactly k * reg / N * theta, which it receives
 with its next gradient (:class:`RowAdam` keeps, per row, the last step that moved it). Where numba
-is installed, that row update runs compiled on CPU (:mod:`.row_kernel`: one pass over each touched
-row instead of a gather, ~10 element-wise operations and a scatter); otherwise, and on a GPU, by
-torch operations. Both are tested against a written-out reference.
+is installed, that row update runs compiled on CPU (:mod:`.row_kernel`: the touched rows reached
+first, then one pass over each, instead of a gather, ~10 element-wise operations and a scatter);
+otherwise, and on a GPU, by torch operations. Both are tested against a written-out reference.
 """
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ class RowAdam(torch.optim.Optimizer):
                 rows, g = p.grad._indices()[0], p.grad._values().reshape(-1, p[0].numel())
                 step_size = group["lr"] * math.sqrt(1 - beta2 ** t) / (1 - beta1 ** t)
                 kernel = row_kernel() if p.device.type == "cpu" else None
-                if kernel is not None:  # one pass over the rows (module docstring of row_kernel)
+                if kernel is not None:  # compiled (module docstring of row_kernel)
                     kernel(p.detach().view(p.shape[0], -1).numpy(), state["rows"].numpy(), rows.numpy(),
                            g.contiguous().numpy(), t, group["decay"], beta1, beta2, group["eps"], step_size,
                            torch.get_num_threads())
