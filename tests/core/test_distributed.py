@@ -24,6 +24,13 @@ WORKER = Path(__file__).with_name("_dp_worker.py")
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
                                 reason="this PyTorch build has no torch.distributed gloo backend")
 SMALL = {"n_inducing": 16, "random_state": 0, "early_stopping": False, "dtype": "float64"}
+#: largest relative difference (float64) between a fit on two ranks and one on the union of their
+#: shards. The sums are formed in another order (each rank sums its shard, gloo adds the ranks'
+#: sums), and Adam's normalisation carries the last bits of small gradients into the parameters:
+#: measured after 2-21 steps up to 1.9e-9 (dense) and 1.6e-8 (row-sparse) on an AMD EPYC (Zen 4),
+#: under 1e-8 on the Intel Xeon before. The checks that the runs moved (> 1e-4) and that the
+#: row-sparse flag switched paths (1.4e-3 / 2.4e-2 there) stay far above it.
+SAME_RUN_RTOL = 1e-7
 
 
 def free_port() -> int:
@@ -83,7 +90,7 @@ def max_relative_difference(a, b) -> float:
 def test_steps_on_two_ranks_equal_one_process_on_the_union_of_their_batches(tmp_path, params):
     one = fit_state(tmp_path, {**SMALL, **params}, 1, "one")
     two = fit_state(tmp_path, {**SMALL, **params}, 2, "two")
-    assert max_relative_difference(one, two) <= 1e-8
+    assert max_relative_difference(one, two) <= SAME_RUN_RTOL
     # and the run is not trivially equal to its initialisation: a second step moves the parameters
     more = fit_state(tmp_path, {**SMALL, **params, "n_epochs": params["n_epochs"] + 1}, 1, "more")
     assert max_relative_difference(one, more) > 1e-4
@@ -96,7 +103,7 @@ def test_row_sparse_steps_on_two_ranks_equal_one_process(tmp_path, batch):
     params = {**SMALL, "n_epochs": 2, "batch_size": batch, "noise": "homoscedastic", "implicit": False, "mf_rank": 2}
     one = fit_state(tmp_path, params, 1, "one", "--row-sparse")
     two = fit_state(tmp_path, params, 2, "two", "--row-sparse")
-    assert max_relative_difference(one, two) <= 1e-8
+    assert max_relative_difference(one, two) <= SAME_RUN_RTOL
     dense = fit_state(tmp_path, params, 1, "dense")
     assert max_relative_difference(one, dense) > 1e-6  # the flag did switch paths
 
