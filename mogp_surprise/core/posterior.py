@@ -25,7 +25,7 @@ from .linalg import inducing_terms
 from .model import MWGPModule
 from .errors import check_int
 from .posterior_state import TENSORS, check_rows, posterior_state, state_args, with_user_rows
-from .predictive import latent_moments, population
+from .predictive import cold_start_scales, latent_moments, population
 
 if TYPE_CHECKING:  # pragma: no cover
     from .foldin import FoldedUser
@@ -54,6 +54,10 @@ class MWGPPosterior:
     mf_factors : list of Tensor
         The users' and items' bilinear factors P (n_users, k) and Q (n_items, k); empty when the
         model has no bilinear term (``mf_rank=0``).
+    cold_scale : Tensor of shape (2^F,)
+        The factor of the latent variance of each pattern of unseen levels (entry ``code``: bit f set
+        when factor f is unseen; entry 0 is 1), from :meth:`with_cold_start_calibration`; all 1 for a
+        posterior not calibrated (``from_module`` alone, or a state saved before the calibration).
     """
 
     def __init__(self, tensors: dict[str, Any], embeddings: list[Tensor], biases: list[Tensor],
@@ -141,6 +145,8 @@ class MWGPPosterior:
             "emb_mean": emb_mean, "emb_var": emb_var, "bias_mean": bias_mean, "bias_var": bias_var,
             "psi1": torch.stack([p[0] for p in psi]), "psi2": torch.stack([p[1] for p in psi]),
             "mf_mean": mf_mean, "mf_var": mf_var,
+            # 1 for every pattern until :meth:`with_cold_start_calibration`
+            "cold_scale": torch.ones(2 ** len(emb), **new),
         }
         own = (tuple([f64(v) for v in part] for part in level_variances)
                if level_variances is not None and embedding_uncertainty else None)
@@ -219,6 +225,21 @@ class MWGPPosterior:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(MWGPPosterior.from_state_dict(state).__dict__)
+
+    def with_cold_start_calibration(self, index: np.ndarray, ratings: np.ndarray,
+                                    bias_var: list[Tensor]) -> "MWGPPosterior":
+        """A new posterior whose predictions for unseen levels are calibrated on the training ratings.
+
+        Every training rating is predicted as if its user (item, or both) were unseen, and the latent
+        variance of each such pattern is scaled so that its leave-one-out residuals are matched
+        (:func:`~.predictive.cold_start_scales`; never narrowed). ``index`` (n, F) and ``ratings`` (n,)
+        are the training data, ``bias_var`` the Laplace variances of every level's bias
+        (:func:`~.laplace.level_variances`). The factors are kept in :attr:`cold_scale`, entry ``code``
+        for the pattern whose bit f is set when factor f is unseen.
+        """
+        state = posterior_state(self, lambda t: t)
+        state["cold_scale"] = cold_start_scales(self, np.asarray(index), np.asarray(ratings), bias_var)
+        return MWGPPosterior.from_state_dict(state)
 
     # -- folded-in users ------------------------------------------------------------------------
     def with_extra_users(self, users: Sequence["FoldedUser"]) -> "MWGPPosterior":

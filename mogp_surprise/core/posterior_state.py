@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
 # tensors that make up a posterior, in the order they are saved
 TENSORS = ("inducing", "lengthscale", "outputscale", "noise", "global_mean", "w", "M",
            "emb_mean", "emb_var", "bias_mean", "bias_var", "psi1", "psi2", "noise_scale_unseen",
-           "mf_mean", "mf_var")
+           "mf_mean", "mf_var", "cold_scale")
 
 
 def map_tensors(value: Any, fn) -> Any:
@@ -54,6 +54,8 @@ def state_args(state: dict[str, Any]) -> tuple:
         state["noise_scale_unseen"] = torch.ones(len(state["embeddings"]), dtype=state["embeddings"][0].dtype)
     if "mf_mean" not in state and "embeddings" in state:  # written before the bilinear term existed: none
         state["mf_mean"] = state["mf_var"] = torch.zeros(0, 0, dtype=state["embeddings"][0].dtype)
+    if "cold_scale" not in state and "embeddings" in state:  # written before the calibration existed: none
+        state["cold_scale"] = torch.ones(2 ** len(state["embeddings"]), dtype=state["embeddings"][0].dtype)
     missing = [k for k in (*TENSORS, "embeddings", "biases", "rating_mean", "rating_std") if k not in state]
     if missing:
         raise ValueError(f"posterior state is missing the entries {missing}")

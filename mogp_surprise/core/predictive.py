@@ -19,12 +19,28 @@ with ``embedding_uncertainty``, its Laplace variance; an unseen one: the learned
 
     E[p . q] = m_p . m_q,    Var[p . q] = sum_d (v_p m_q^2 + m_p^2 v_q + v_p v_q)_d
 
+Cold-start calibration (:func:`cold_start_scales`). The population above is built from point
+estimates and their Laplace variances, and training users' ratings helped fit the items they are
+predicted for; on held-out users of MovieLens 100K the cold-start variance was 0-36 % too small
+(five splits, 10 % of the users each). So after training, every training rating is predicted as if
+its user (item, or both) were unseen, and the latent variance of each pattern of unseen factors is
+scaled by
+
+    c = max(1, (sum_n e_n^2 / (1 - h_n)^2 - sum_n E[sigma_n^2]) / sum_n Var[f_n])
+
+(e_n the residual from the pattern's mean; E[sigma_n^2] its noise). h_n = sum over the known levels
+of Var(bias) / E[sigma_n^2] is the rating's leverage on the known level's bias (the Laplace
+variance of the bias is the inverse of its precision, which each rating adds lambda_n to), so
+e_n / (1 - h_n) approximates the residual the pattern would give had this rating been left out of
+training (leave-one-out). The scale only widens: the in-sample estimate is still optimistic.
+
 Everything here reads the fitted tensors of a :class:`~.posterior.MWGPPosterior` (``post``).
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -123,6 +139,8 @@ def _rows_moments(post: "MWGPPosterior", index: Tensor, code: int) -> tuple[Tens
     if post.mf_factors:
         mf_mean, mf_var = bilinear_moments(post, index, code)
         mean, var = mean + mf_mean, var + mf_var
+    if unknown:
+        var = var * post.cold_scale[code]
     floor = torch.finfo(post.dtype).eps * post.outputscale
     return mean, torch.maximum(var, floor)
 
@@ -146,3 +164,68 @@ def bilinear_moments(post: "MWGPPosterior", index: Tensor, code: int) -> tuple[T
     if vp is not None and vq is not None:
         var = var + (vp * vq).sum(-1)
     return mean, var
+
+
+#: rows of the training data that :func:`cold_start_scales` reads at most (evenly spaced beyond)
+CALIBRATION_ROWS = 1_000_000
+#: largest leverage h_n used (a level's bias variance is below each of its ratings' noise variance)
+MAX_LEVERAGE = 0.99
+
+
+@torch.no_grad()
+def cold_start_scales(post: "MWGPPosterior", index: np.ndarray, ratings: np.ndarray,
+                      bias_var: list[Tensor]) -> Tensor:
+    """The factor for the latent variance of every pattern of unseen factors (module docstring), shape (2^F,).
+
+    Parameters
+    ----------
+    post : MWGPPosterior
+        The fitted posterior; its own ``cold_scale`` is divided out (the factors are those of its
+        uncalibrated moments).
+    index : int ndarray of shape (n, F)
+        The training tuples (inner indices), ratings on the original scale in ``ratings``.
+    bias_var : list of Tensor
+        Laplace variance of every level's bias, per factor, standardised units
+        (:func:`~.laplace.level_variances`; zeros without biases).
+
+    Returns
+    -------
+    Tensor
+        Entry ``code`` (bit f set: factor f unseen) scales that pattern's latent variance; entry 0 is 1.
+    """
+    n, n_factors = index.shape
+    if n > CALIBRATION_ROWS:  # the factors are ratios of sums: evenly spaced rows estimate them well
+        keep = np.linspace(0, n - 1, CALIBRATION_ROWS).astype(np.int64)
+        index, ratings = index[keep], ratings[keep]
+    idx = torch.as_tensor(index, dtype=torch.long, device=post.device)
+    y = torch.as_tensor((np.asarray(ratings, dtype=np.float64) - post.rating_mean) / post.rating_std,
+                        dtype=post.dtype, device=post.device)
+    noise = post.noise_var_at(idx)  # E[sigma_n^2] of the training ratings (standardised)
+    scales = torch.ones(2 ** n_factors, dtype=post.dtype, device=post.device)
+    for code in range(1, 2 ** n_factors):
+        unknown = [f for f in range(n_factors) if code >> f & 1]
+        rows, inverse = _distinct_rows(np.where(np.isin(np.arange(n_factors), unknown), -1, index), post.n_levels)
+        rows_t = torch.as_tensor(rows, dtype=torch.long, device=post.device)
+        inverse_t = torch.as_tensor(inverse, dtype=torch.long, device=post.device)
+        mean, var = latent_moments(post, rows_t)
+        var = var / post.cold_scale[code]
+        pattern_noise = post.noise_var_at(rows_t)[inverse_t]
+        leverage = torch.zeros_like(y)
+        for f in range(n_factors):
+            if f not in unknown:
+                leverage = leverage + bias_var[f].to(y)[idx[:, f]] / noise
+        resid = (y - mean[inverse_t]) / (1.0 - leverage.clamp(0.0, MAX_LEVERAGE))
+        spread = float((resid * resid).sum() - pattern_noise.sum())
+        scales[code] = max(1.0, spread / float(var[inverse_t].sum()))
+    return scales
+
+
+def _distinct_rows(index: np.ndarray, n_levels: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of an (n, F) index with -1 entries, and each row's place among them."""
+    try:  # one integer key per row: a 1-d unique is much faster than np.unique(axis=0)
+        keys = np.ravel_multi_index(tuple((index + 1).T), tuple(n + 1 for n in n_levels))
+    except ValueError:  # too many combinations for one integer
+        return np.unique(index, axis=0, return_inverse=True)
+    distinct, inverse = np.unique(keys, return_inverse=True)
+    rows = np.stack(np.unravel_index(distinct, tuple(n + 1 for n in n_levels)), 1) - 1
+    return rows, inverse.reshape(-1)

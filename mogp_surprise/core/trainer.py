@@ -154,6 +154,8 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
                                           embedding_uncertainty=config.embedding_uncertainty,
                                           embedding_reg=config.embedding_reg, bias_reg=config.bias_reg,
                                           mf_reg=config.mf_reg)
+    # unseen users / items: their latent variance calibrated on the training ratings (leave-one-out)
+    posterior = posterior.with_cold_start_calibration(index, ratings, spread[1])
     elapsed = time.perf_counter() - started
     logger.info("MW-GP fitted on %d ratings in %.1f s (final loss %.4f)", n, elapsed, run.history[-1])
     return FitResult(posterior=posterior, loss_history=run.history, epoch_times=run.epoch_times,
