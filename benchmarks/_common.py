@@ -66,8 +66,9 @@ def _fmt(v: Any) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
-def hold_out_users(df, share: float, rng: np.random.Generator) -> tuple[set, np.ndarray]:
-    """A seeded ``share`` of the users of a ratings frame (at least one) and the mask of their ratings."""
-    users = df["user"].unique()
-    held = set(rng.choice(users, size=max(1, int(share * len(users))), replace=False).tolist())
-    return held, df["user"].isin(held).to_numpy()
+def hold_out_users(df, share: float, rng: np.random.Generator, column: str = "user") -> tuple[set, np.ndarray]:
+    """A seeded ``share`` of the users (or of the levels of another ``column``) of a ratings frame (at
+    least one) and the mask of their ratings."""
+    levels = df[column].unique()
+    held = set(rng.choice(levels, size=max(1, int(share * len(levels))), replace=False).tolist())
+    return held, df[column].isin(held).to_numpy()

@@ -1,12 +1,13 @@
-"""Honest cold start: hold out 10 % of users entirely and check their predictive std and coverage.
+"""Honest cold start: hold out 10 % of users (or items) entirely and check their predictive std and coverage.
 
     MOGP_DATA=../shared/data python benchmarks/cold_start.py --dataset ml-1m
+    MOGP_DATA=../shared/data python benchmarks/cold_start.py --dataset ml-100k --cold item
     python benchmarks/cold_start.py --quick
 
-Protocol: 10 % of users (seeded) go to the cold test set with all their ratings; the other users'
-ratings are split 80/20 into train / warm test. MW-GP is fitted on train only. Reported: RMSE,
-mean predictive std and 90 % interval coverage on warm and cold ratings, and the std ratio.
-myFM (if installed) is reported for contrast.
+Protocol: 10 % of users (seeded; ``--cold item``: of items) go to the cold test set with all their
+ratings; the other ratings are split 80/20 into train / warm test. MW-GP is fitted on train only.
+Reported: RMSE, mean predictive std and 90 % interval coverage on warm and cold ratings, and the
+std ratio. myFM (if installed) is reported for contrast.
 """
 from __future__ import annotations
 
@@ -28,7 +29,9 @@ from mogp_surprise.comparison.data import load_or_synthesize, synthetic  # noqa:
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", default="ml-1m")
-    p.add_argument("--cold-users", type=float, default=0.10)
+    p.add_argument("--share", "--cold-users", dest="share", type=float, default=0.10,
+                   help="share of the users (or items) held out (default 0.10)")
+    p.add_argument("--cold", choices=["user", "item"], default="user", help="hold out users (default) or items")
     p.add_argument("--algos", nargs="+", default=["mwgp", "myfm"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true")
@@ -37,7 +40,7 @@ def main(argv=None) -> dict:
     data = synthetic(5000) if a.quick else load_or_synthesize(a.dataset)
     df = data.ratings
     rng = np.random.default_rng(a.seed)
-    cold_users, is_cold = hold_out_users(df, a.cold_users, rng)
+    held, is_cold = hold_out_users(df, a.share, rng, column=a.cold)
     warm = df[~is_cold]
     test_mask = rng.random(len(warm)) < 0.2
     train, warm_test, cold_test = warm[~test_mask], warm[test_mask], df[is_cold]
@@ -59,11 +62,11 @@ def main(argv=None) -> dict:
             out[f"cov90_{name}"] = float(interval_coverage(y, mean, std, levels=(0.9,))[0.9])
         out["std_ratio"] = out["std_cold"] / out["std_warm"]
         rows.append(out)
-    print(f"{data.source}: {len(cold_users)} cold users ({len(cold_test):,} ratings), "
+    print(f"{data.source}: {len(held)} cold {a.cold}s ({len(cold_test):,} ratings), "
           f"{len(train):,} train / {len(warm_test):,} warm test ratings")
     print(table(rows))
-    path = write_json("cold_start" + ("_quick" if a.quick else f"_{data.name}"), {"source": data.source, "rows": rows},
-                      a.out)
+    path = write_json("cold_start" + ("_quick" if a.quick else f"_{data.name}" + ("_items" if a.cold == "item" else "")),
+                      {"source": data.source, "cold": a.cold, "rows": rows}, a.out)
     print("wrote", path)
     return {"rows": rows}
 

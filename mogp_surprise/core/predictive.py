@@ -21,8 +21,9 @@ with ``embedding_uncertainty``, its Laplace variance; an unseen one: the learned
 
 Cold-start calibration (:func:`cold_start_scales`). The population above is built from point
 estimates and their Laplace variances, and training users' ratings helped fit the items they are
-predicted for; on held-out users of MovieLens 100K the cold-start variance was 0-36 % too small
-(five splits, 10 % of the users each). So after training, every training rating is predicted as if
+predicted for; on MovieLens 100K held-out users' squared errors exceeded the cold-start variance by
+0-36 % (five splits, 10 % of the users each) and held-out items' 90 % intervals covered 83-85 %
+of their ratings. So after training, every training rating is predicted as if
 its user (item, or both) were unseen, and the latent variance of each pattern of unseen factors is
 scaled by
 
@@ -214,9 +215,9 @@ def cold_start_scales(post: "MWGPPosterior", index: np.ndarray, ratings: np.ndar
         for f in range(n_factors):
             if f not in unknown:
                 leverage = leverage + bias_var[f].to(y)[idx[:, f]] / noise
-        resid = (y - mean[inverse_t]) / (1.0 - leverage.clamp(0.0, MAX_LEVERAGE))
-        spread = float((resid * resid).sum() - pattern_noise.sum())
-        scales[code] = max(1.0, spread / float(var[inverse_t].sum()))
+        resid = ((y - mean[inverse_t]) / (1.0 - leverage.clamp(0.0, MAX_LEVERAGE))).double()
+        spread = float((resid * resid).sum() - pattern_noise.double().sum())
+        scales[code] = max(1.0, spread / float(var[inverse_t].double().sum()))
     return scales
 
 
@@ -225,7 +226,8 @@ def _distinct_rows(index: np.ndarray, n_levels: tuple[int, ...]) -> tuple[np.nda
     try:  # one integer key per row: a 1-d unique is much faster than np.unique(axis=0)
         keys = np.ravel_multi_index(tuple((index + 1).T), tuple(n + 1 for n in n_levels))
     except ValueError:  # too many combinations for one integer
-        return np.unique(index, axis=0, return_inverse=True)
+        rows, inverse = np.unique(index, axis=0, return_inverse=True)
+        return rows, inverse.reshape(-1)
     distinct, inverse = np.unique(keys, return_inverse=True)
     rows = np.stack(np.unravel_index(distinct, tuple(n + 1 for n in n_levels)), 1) - 1
     return rows, inverse.reshape(-1)
