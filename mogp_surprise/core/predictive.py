@@ -46,6 +46,7 @@ import torch
 from torch import Tensor
 
 from .kernels import cross_kernel, rbf_mean_gradient
+from .model import distinct_rows
 
 if TYPE_CHECKING:  # pragma: no cover
     from .posterior import MWGPPosterior
@@ -202,19 +203,20 @@ def cold_start_scales(post: "MWGPPosterior", index: np.ndarray, ratings: np.ndar
     y = torch.as_tensor((np.asarray(ratings, dtype=np.float64) - post.rating_mean) / post.rating_std,
                         dtype=post.dtype, device=post.device)
     noise = post.noise_var_at(idx)  # E[sigma_n^2] of the training ratings (standardised)
+    # each rating's leverage on the bias of its level of every factor
+    bias_leverage = [bias_var[f].to(y)[idx[:, f]] / noise for f in range(n_factors)]
     scales = torch.ones(2 ** n_factors, dtype=post.dtype, device=post.device)
     for code in range(1, 2 ** n_factors):
         unknown = [f for f in range(n_factors) if code >> f & 1]
-        rows, inverse = _distinct_rows(np.where(np.isin(np.arange(n_factors), unknown), -1, index), post.n_levels)
+        pattern = index.copy()
+        pattern[:, unknown] = -1
+        rows, inverse = _distinct_rows(pattern, post.n_levels)
         rows_t = torch.as_tensor(rows, dtype=torch.long, device=post.device)
         inverse_t = torch.as_tensor(inverse, dtype=torch.long, device=post.device)
         mean, var = latent_moments(post, rows_t)
         var = var / post.cold_scale[code]
         pattern_noise = post.noise_var_at(rows_t)[inverse_t]
-        leverage = torch.zeros_like(y)
-        for f in range(n_factors):
-            if f not in unknown:
-                leverage = leverage + bias_var[f].to(y)[idx[:, f]] / noise
+        leverage = sum((bias_leverage[f] for f in range(n_factors) if f not in unknown), torch.zeros_like(y))
         resid = ((y - mean[inverse_t]) / (1.0 - leverage.clamp(0.0, MAX_LEVERAGE))).double()
         spread = float((resid * resid).sum() - pattern_noise.double().sum())
         scales[code] = max(1.0, spread / float(var[inverse_t].double().sum()))
@@ -228,6 +230,6 @@ def _distinct_rows(index: np.ndarray, n_levels: tuple[int, ...]) -> tuple[np.nda
     except ValueError:  # too many combinations for one integer
         rows, inverse = np.unique(index, axis=0, return_inverse=True)
         return rows, inverse.reshape(-1)
-    distinct, inverse = np.unique(keys, return_inverse=True)
-    rows = np.stack(np.unravel_index(distinct, tuple(n + 1 for n in n_levels)), 1) - 1
-    return rows, inverse.reshape(-1)
+    distinct, inverse = distinct_rows(torch.from_numpy(np.asarray(keys, dtype=np.int64)))
+    rows = np.stack(np.unravel_index(distinct.numpy(), tuple(n + 1 for n in n_levels)), 1) - 1
+    return rows, inverse.numpy()
