@@ -20,6 +20,10 @@ from ..core.posterior import MWGPPosterior
 PARAMS_DOC = (MWGPConfig.__doc__ or "").partition("Parameters\n    ----------\n")[2].lstrip(" ").rstrip() + "\n"
 
 
+#: hyper-parameters added after mogp_surprise 0.1.0, with the value that describes a model saved without them
+ADDED_HYPER_PARAMS = {"extra_terms": ()}
+
+
 class HyperParamsMixin:
     """Keyword-only hyper-parameters of :class:`~mogp_surprise.core.config.MWGPConfig`.
 
@@ -40,6 +44,15 @@ class HyperParamsMixin:
         [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
         + [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)
            for name, default in MWGPConfig.defaults().items()])
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickle; a model pickled before a hyper-parameter existed gets the value that describes it."""
+        state = {**ADDED_HYPER_PARAMS, **state}
+        restore = getattr(super(), "__setstate__", None)
+        if restore is not None:
+            restore(state)
+        else:
+            self.__dict__.update(state)
 
     def _config(self) -> MWGPConfig:
         """Validated hyper-parameters (raises ValueError/TypeError naming the parameter)."""

@@ -4,9 +4,14 @@ A file is a ``torch.save`` dict of tensors and plain Python values only, so it l
 ``torch.load(weights_only=True)`` (no arbitrary code runs) and on a CPU-only machine whatever
 device the model was trained on:
 
-    {"format": "mogp_surprise", "format_version": 1, "package_version": "...",
+    {"format": "mogp_surprise", "format_version": 2, "package_version": "...",
      "estimator": "MWGP" | "MWGPRegressor", "hyper_params": {...}, "posterior": {...},
      "state": {...estimator specific: id maps, rating scale, training pairs for Surprise...}}
+
+Older formats are read through explicit migrations (:data:`MIGRATIONS`, one per version step): format 1
+(mogp_surprise 0.1) stored the posterior as a flat dict (migrated by
+:meth:`~mogp_surprise.core.state.PosteriorState.from_dict`), and its files may lack hyper-parameters
+added later, which describe a model without the feature (not today's default).
 """
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ from .._version import __version__
 from ..core.posterior import MWGPPosterior
 
 FORMAT = "mogp_surprise"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 def _plain_hyper_params(params: dict[str, Any]) -> dict[str, Any]:
@@ -72,25 +77,45 @@ def load_payload(path: str | os.PathLike, expected: str) -> dict[str, Any]:
         raise ValueError(f"{os.fspath(path)!r} was saved by mogp_surprise {payload.get('package_version')} in file "
                          f"format {version}; this version ({__version__}) reads format <= {FORMAT_VERSION}. "
                          "Upgrade mogp_surprise to load it.")
-    if version < FORMAT_VERSION:  # no older formats exist yet; migrations go here
+    if version < 1:
         raise ValueError(f"{os.fspath(path)!r} uses file format {version}, which this version cannot migrate "
-                         f"(supported: {FORMAT_VERSION})")
+                         f"(supported: 1 to {FORMAT_VERSION})")
+    while version < FORMAT_VERSION:
+        payload = MIGRATIONS[version](payload)
+        version = payload["format_version"]
     if payload.get("estimator") != expected:
         raise ValueError(f"{os.fspath(path)!r} holds a {payload.get('estimator')} model; load it with "
                          f"{payload.get('estimator')}.load, not {expected}.load")
     return payload
 
 
-#: hyper-parameters added after the file format: a file without one was saved by a model that did not
+#: hyper-parameters added during format 1: a format-1 file without one was saved by a model that did not
 #: have the feature, so it loads with the value that describes that model (not today's default)
 _BEFORE_THEY_EXISTED = {"noise": "homoscedastic", "implicit": False, "embedding_uncertainty": False,
                         "early_stopping": False, "mf_rank": 0}
 
 
+def _from_format_1(payload: dict[str, Any]) -> dict[str, Any]:
+    """Format 1 -> 2: hyper-parameters that did not exist yet get the value of the model the file holds, and a
+    regressor's training ratings saved before fold-in existed (no values) are marked as such. The posterior
+    (a flat format-1 dict) is migrated where it is read (:meth:`~mogp_surprise.core.state.PosteriorState.from_dict`)."""
+    payload = dict(payload)
+    payload["hyper_params"] = {**_BEFORE_THEY_EXISTED, **payload["hyper_params"]}
+    state = dict(payload["state"])
+    if state.get("rated") is not None and len(state["rated"]) == 2:
+        state["rated"] = [*state["rated"], None]
+    payload["state"], payload["format_version"] = state, 2
+    return payload
+
+
+#: how a file of each older format becomes one of the next
+MIGRATIONS = {1: _from_format_1}
+
+
 def load_model(cls: type, path: str | os.PathLike, device: Any = None) -> tuple[Any, dict[str, Any]]:
     """A ``cls`` instance with the saved hyper-parameters and posterior, plus its adapter-specific state."""
     payload = load_payload(path, expected=cls.__name__)
-    estimator = cls(**{**_BEFORE_THEY_EXISTED, **payload["hyper_params"]})
+    estimator = cls(**payload["hyper_params"])
     post = MWGPPosterior.from_state_dict(payload["posterior"])
     estimator.posterior_ = post if device is None else post.to(device=torch.device(device))
     estimator.loss_history_ = list(payload["training"]["loss_history"])

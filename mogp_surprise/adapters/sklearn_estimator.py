@@ -166,10 +166,8 @@ class MWGPRegressor(HyperParamsMixin, UserModelMixin, RegressorMixin, BaseEstima
         est.n_features_in_ = len(est.encoders_)
         if st["feature_names_in"] is not None:
             est.feature_names_in_ = np.asarray(st["feature_names_in"], dtype=object)
-        rated = st["rated"]
-        # files written before fold-in existed hold no ratings: (indptr, items, None)
-        est._rated = None if rated is None else (*(t.numpy() for t in rated[:2]),
-                                                 rated[2].numpy() if len(rated) > 2 else None)
+        rated = st["rated"]  # (indptr, items, ratings); no ratings in files written before fold-in existed
+        est._rated = None if rated is None else tuple(None if t is None else t.numpy() for t in rated)
         if st.get("rating_range") is not None:
             est.rating_range_ = tuple(st["rating_range"])
         return est

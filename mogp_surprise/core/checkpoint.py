@@ -27,7 +27,7 @@ import torch
 
 from .config import MWGPConfig
 
-FORMAT, FORMAT_VERSION = "mogp_surprise-checkpoint", 1
+FORMAT, FORMAT_VERSION = "mogp_surprise-checkpoint", 2
 #: hyper-parameters that do not change the trained model and may differ on resume
 _FREE = ("verbose", "chunk_size", "device")
 

@@ -88,6 +88,11 @@ class MWGPConfig:
         and bias (a diagonal Laplace posterior, propagated linearly) to their predictions' variance; users and items
         with few ratings get wider intervals. ``False``: the GP's variance at the point estimates
         (the paper).
+    extra_terms : tuple of str, default=()
+        Model terms defined outside the library (subclasses of ``mogp_surprise.core.terms.Term``
+        registered with ``register_term``), by name, added to the built-in ones; see "how to add a model
+        term" in docs/architecture.md. A model that uses them saves their names and fitted values; it loads
+        once their module is imported.
     kl_weight : float, default=1.0
         Weight of KL(q(v) || p(v)). 1.0 gives the correct ELBO; larger values regularise more
         (the paper's code implicitly used N / batch_size).
@@ -123,6 +128,7 @@ class MWGPConfig:
     mf_rank: int = 16
     mf_reg: float = 50.0
     embedding_uncertainty: bool = True
+    extra_terms: tuple = ()
     kl_weight: float = 1.0
     init: str = "pca"
     jitter: float = 1e-5
@@ -168,6 +174,12 @@ class MWGPConfig:
         for name in ("use_biases", "implicit", "embedding_uncertainty", "verbose"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise TypeError(f"`{name}` must be a bool, got {getattr(self, name)!r}")
+        if not isinstance(self.extra_terms, (tuple, list)) or not all(
+                isinstance(name, str) and name for name in self.extra_terms):
+            raise TypeError(f"`extra_terms` must be a tuple of registered model-term names (str), got "
+                            f"{self.extra_terms!r}")
+        if len(set(self.extra_terms)) != len(self.extra_terms):
+            raise ValueError(f"`extra_terms` names a term twice: {self.extra_terms!r}")
         rs = self.random_state
         if not (rs is None or isinstance(rs, np.random.Generator)
                 or (isinstance(rs, numbers.Integral) and not isinstance(rs, bool) and rs >= 0)):

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .model import distinct_rows
+from .rows import distinct_rows
 
 #: seconds a collective waits for the other ranks before the run is declared broken (``MOGP_DIST_TIMEOUT``)
 DEFAULT_TIMEOUT_S = 300.0
@@ -172,7 +172,7 @@ class DataParallel:
         for p in dense if row_sparse else module.parameters():  # an empty shard leaves gradients unset
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-        blocks = [extra.reshape(1).to(module.inducing.dtype)] + [p.grad.reshape(-1) for p in dense]
+        blocks = [extra.reshape(1).to(module.dtype)] + [p.grad.reshape(-1) for p in dense]
         for p in tables:
             rows = touched[id(p)]
             if row_sparse:
@@ -208,13 +208,11 @@ def _unflatten(flat: Tensor, params: list[Tensor], put) -> None:
 
 
 def touched_rows(module, index: Tensor) -> dict[int, Tensor]:
-    """For each per-level table of ``module`` (an :class:`~.model.MWGPModule`) that a minibatch touches
-    only in its own users' and items' rows, those rows (sorted) for the global minibatch ``index``.
+    """For each term table of ``module`` (an :class:`~.model.MWGPModule`) that a minibatch reads by its own
+    levels, those levels (sorted) for the global minibatch ``index``.
 
     The implicit-feedback tables are not listed (so they are all-reduced whole): every step's
     forward pass already multiplies them whole by the who-rated-what graph.
     """
     rows = [distinct_rows(index[:, f])[0] for f in range(module.n_factors)]  # the model's one way to find them
-    return {id(table): rows[f] for tables in (module.embeddings, module.biases, module.noise_offset_mean,
-                                              module.noise_offset_logvar, module.mf_factors)
-            for f, table in enumerate(tables)}
+    return {id(table): rows[spec.factor] for _, spec, table in module.tables() if spec.feeds is None}

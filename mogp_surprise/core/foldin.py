@@ -2,7 +2,8 @@
 
 Given a fitted :class:`~mogp_surprise.core.posterior.MWGPPosterior` and the (item, rating) pairs of
 one user (new, or a known user with extra ratings), :func:`fold_in` maximises the training ELBO over
-that user's own parameters only: their embedding a_u (r dims), bias b_u (if the model has biases),
+that user's own parameters only -- the user's row of every term's user tables (:mod:`.terms`), for the
+built-in terms: their embedding a_u (r dims), bias b_u (if the model has biases),
 bilinear factor p_u (k dims, if ``mf_rank`` > 0) and the variational posterior q(s_u) = N(mu, v) of
 their log-noise offset (if heteroscedastic). The global GP (inducing points, q(v) through w and M,
 kernel hyper-parameters, noise sigma^2), the items (GP inputs x_j, biases b_j, q(t_j)) and every
@@ -39,8 +40,8 @@ prior is on x_u and p~_u, the model's on a_u and p_u. Homoscedastic models have 
 
 L is maximised in float64 by L-BFGS (strong Wolfe line search), from the prior's mean or from a
 known user's fitted values (``init_user``). At the optimum the user gets the diagonal
-Gauss-Newton (Laplace) variances that :func:`~mogp_surprise.core.laplace.level_variances` gives
-trained users (with the model's priors, 1 / v_x = embedding_reg, 1 / v_b = bias_reg, 1 / v_p = mf_reg)::
+Gauss-Newton (Laplace) variances that :func:`~mogp_surprise.core.laplace.laplace_variances` gives
+trained users (and, for choosing what to ask a user, the full Gauss-Newton covariance of those entries) (with the model's priors, 1 / v_x = embedding_reg, 1 / v_b = bias_reg, 1 / v_p = mf_reg)::
 
     Var[x_u,d] = 1 / (1 / v_x,d + sum_j lambda_j (d E_q[f_j] / d x_u,d)^2)
     Var[b_u]   = 1 / (1 / v_b + sum_j lambda_j)
@@ -60,10 +61,8 @@ part of the objective).
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import numbers
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -72,72 +71,21 @@ from torch import Tensor
 
 from .errors import NumericalError, check_finite_ratings, check_int
 from .posterior import MWGPPosterior
+from .state import FoldedUser
 from .user_objective import PRIORS, FoldInContext
 
 __all__ = ["FoldedUser", "fold_in", "fold_in_many", "fold_in_objective", "PRIORS"]
 
 
-@dataclass(frozen=True)
-class FoldedUser:
-    """One folded-in user (standardised rating units, like the posterior's own tables).
-
-    Attributes
-    ----------
-    input : ndarray of shape (r,)
-        GP input x_u (the embedding plus, with implicit feedback, the normalised implicit sum).
-    embedding : ndarray of shape (r,)
-        The embedding a_u alone.
-    input_var : ndarray of shape (r,)
-        Diagonal Laplace (Gauss-Newton) variance of x_u.
-    bias, bias_var : float
-        b_u and its Laplace variance (0 and 0 for a model without biases).
-    noise_offset_mean, noise_offset_var : float
-        q(s_u) = N(mean, var) of the log-noise offset (0 and 0 for a homoscedastic model).
-    noise_scale : float
-        E_q[exp(s_u)], the factor by which this user multiplies the noise variance.
-    n_ratings : int
-        Ratings folded in; 0 means the user is predicted as the cold-start user (index -1).
-    objective : float
-        The maximised fold-in objective (the user's part of the ELBO, standardised units).
-    n_iter : int
-        L-BFGS iterations used.
-    mf_factor, mf_factor_var : ndarray of shape (k,)
-        The bilinear factor p~_u (implicit feedback included, like ``input``) and its Laplace variance
-        (empty for a model with ``mf_rank=0``).
-    mf_factor_raw : ndarray of shape (k,)
-        The factor p_u alone (like ``embedding``): what :func:`fold_in_objective` takes as
-        ``mf_factor``.
-    """
-
-    input: np.ndarray
-    embedding: np.ndarray
-    input_var: np.ndarray
-    bias: float
-    bias_var: float
-    noise_offset_mean: float
-    noise_offset_var: float
-    noise_scale: float
-    n_ratings: int
-    objective: float
-    n_iter: int
-    mf_factor: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
-    mf_factor_var: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
-    mf_factor_raw: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
-
-    @property
-    def cold(self) -> bool:
-        """True for a user folded in from 0 ratings (predicted as index -1)."""
-        return self.n_ratings == 0
-
-
 def fold_in(posterior: MWGPPosterior, items: np.ndarray, ratings: np.ndarray, init_user: int | None = None,
             max_iter: int = 100, tol: float = 1e-7, prior: str = "population", repeats: bool = False) -> FoldedUser:
-    """Infer one user's embedding, bias and noise offset from their ratings (see the module docstring).
+    """Infer one user's rows of every term (embedding, bias, bilinear factor, noise offset) from their ratings
+    (see the module docstring).
 
     Parameters
     ----------
     posterior : MWGPPosterior
-        A fitted (user, item) model built by ``fit_mwgp`` (or ``from_module`` with the priors).
+        A fitted (user, item) model built by ``fit_mwgp``.
     items : int ndarray of shape (k,)
         Inner item indices in ``[0, n_items)``, no repeats; k may be 0.
     ratings : float ndarray of shape (k,)
@@ -164,7 +112,7 @@ def fold_in(posterior: MWGPPosterior, items: np.ndarray, ratings: np.ndarray, in
     ------
     ValueError
         Bad items or ratings, a model with context factors, or a posterior without what fold-in
-        needs (saved before fold-in existed, or built without the priors).
+        needs (saved before fold-in existed).
     NumericalError
         The optimisation produced non-finite values.
     """
@@ -207,29 +155,32 @@ def fold_in_many(posterior: MWGPPosterior, users: Sequence[tuple[np.ndarray, np.
     return [_fold(ctx, items, y, init, max_iter, tol) for items, y, init in checked]
 
 
-def fold_in_objective(posterior: MWGPPosterior, items: np.ndarray, ratings: np.ndarray, embedding: Tensor,
-                      bias: Tensor | float = 0.0, noise_mean: Tensor | float = 0.0,
-                      noise_logvar: Tensor | float | None = None, prior: str = "population",
-                      mf_factor: Tensor | None = None) -> Tensor:
-    """The fold-in objective at given user parameters (float64, differentiable w.r.t. tensor arguments).
+def fold_in_objective(posterior: MWGPPosterior, items: np.ndarray, ratings: np.ndarray,
+                      rows: dict[str, Tensor | float] | None = None, prior: str = "population") -> Tensor:
+    """The fold-in objective at given raw user rows (float64, differentiable w.r.t. tensor values).
 
-    ``embedding`` is a_u, shape (r,); ``noise_logvar`` is log v (default: log tau_0); ``mf_factor``
-    is p_u, shape (k,) (default: zeros). Arguments
-    the model has no use for (the bias without biases, the noise offset when homoscedastic)
-    are ignored. Maximising it is what :func:`fold_in` does.
+    ``rows`` maps ``"term.table"`` (e.g. ``"gp_input.embedding_0"``, ``"bias.bias_0"``,
+    ``"bilinear.factor_0"``, ``"noise_offset.offset_0"``: [mean, log variance]) to the user's raw row
+    (implicit sums excluded); a row not given is that of :func:`fold_in`'s start. Maximising it over
+    the rows is what :func:`fold_in` does.
     """
     ctx = FoldInContext(posterior, prior)
     items, y = _check_ratings(ctx, items, ratings, "")
     data = ctx.user_data(items, y)
-    f64 = {"dtype": torch.float64, "device": ctx.device}
-    a = torch.as_tensor(embedding, **f64)
-    if a.shape != (ctx.r,):
-        raise ValueError(f"`embedding` must have shape ({ctx.r},), got {tuple(a.shape)}")
-    lv = ctx.log_tau if noise_logvar is None else torch.as_tensor(noise_logvar, **f64)
-    p = torch.zeros(ctx.k, **f64) if mf_factor is None else torch.as_tensor(mf_factor, **f64)
-    if p.shape != (ctx.k,):
-        raise ValueError(f"`mf_factor` must have shape ({ctx.k},), got {tuple(p.shape)}")
-    return ctx.objective(data, a, torch.as_tensor(bias, **f64), torch.as_tensor(noise_mean, **f64), lv, p)
+    theta = ctx.start(data, None)
+    given = dict(rows or {})
+    unknown = sorted(set(given) - {b.key for b in ctx.blocks})
+    if unknown:
+        raise ValueError(f"`rows` names {unknown}, which this model does not have (its user rows: "
+                         f"{[b.key for b in ctx.blocks]})")
+    parts = []
+    for block in ctx.blocks:
+        value = given.get(block.key, theta[block.start:block.start + block.width])
+        value = torch.as_tensor(value, dtype=torch.float64, device=ctx.device).reshape(-1)
+        if value.numel() != block.width:
+            raise ValueError(f"`rows[{block.key!r}]` must have {block.width} entries, got {value.numel()}")
+        parts.append(value)
+    return ctx.objective(data, torch.cat(parts) if parts else theta)
 
 
 # -- validation and optimisation ----------------------------------------------------------------------
@@ -270,46 +221,32 @@ def _check_init(ctx: FoldInContext, init, where: str) -> int | None:
 
 def _fold(ctx: FoldInContext, items: np.ndarray, y: np.ndarray, init: int | None, max_iter: int,
           tol: float) -> FoldedUser:
-    r = ctx.r
     data = ctx.user_data(items, y)
     theta = ctx.start(data, init if data.n else None)
     n_iter = 0
     if data.n:  # (0 ratings: nothing to fit, the prior's values, predicted as the cold-start user)
-        # the free entries: a, then b (with biases), then mu and log v (heteroscedastic), then p
-        free = torch.ones(r + 3 + ctx.k, dtype=torch.bool)
-        free[r] = ctx.use_biases
-        free[r + 1:r + 3] = ctx.heteroscedastic
-        free = free.to(ctx.device)
-        fixed = theta.clone()
-        param = theta[free].clone().requires_grad_(True)
+        param = theta.clone().requires_grad_(True)
         optimizer = torch.optim.LBFGS([param], lr=1.0, max_iter=max_iter, tolerance_grad=tol,
                                       tolerance_change=1e-14, history_size=20, line_search_fn="strong_wolfe")
 
         def closure() -> Tensor:
             optimizer.zero_grad(set_to_none=True)
-            loss = -ctx.objective(data, *ctx.split(fixed.masked_scatter(free, param)))
+            loss = -ctx.objective(data, param)
             loss.backward()
             return loss
 
         with torch.enable_grad():  # also when called under torch.no_grad()
             optimizer.step(closure)
         n_iter = int(optimizer.state[param].get("n_iter", 0))
-        theta = fixed.masked_scatter(free, param.detach())
+        theta = param.detach()
     with torch.no_grad():
-        a, b, mu, logvar, p = ctx.split(theta)
-        value = ctx.objective(data, a, b, mu, logvar, p)
+        value = ctx.objective(data, theta)
         if data.n and not (torch.isfinite(theta).all() and torch.isfinite(value)):
             raise NumericalError(f"fold-in of a user with {data.n} ratings produced non-finite values; "
                                  "check the model with dtype='float64'")
-        x = a + data.implicit
-        input_var, bias_var, mf_var = ctx.laplace(data, x, mu, logvar)  # 0 ratings: the prior's
-        var = torch.exp(logvar) if ctx.heteroscedastic else torch.zeros(())
-        if not ctx.heteroscedastic:
-            mu = torch.zeros(())
-    return FoldedUser(
-        input=x.cpu().numpy(), embedding=a.cpu().numpy(), input_var=input_var.cpu().numpy(),
-        bias=float(b) if ctx.use_biases else 0.0, bias_var=float(bias_var),
-        noise_offset_mean=float(mu), noise_offset_var=float(var),
-        noise_scale=math.exp(float(mu) + 0.5 * float(var)), n_ratings=data.n, objective=float(value),
-        n_iter=n_iter, mf_factor=(p + data.implicit_mf).cpu().numpy(), mf_factor_var=mf_var.cpu().numpy(),
-        mf_factor_raw=p.cpu().numpy())
+    variances, covariance = ctx.laplace(data, theta)
+    raw = {b.key: b.of(theta).cpu().numpy() for b in ctx.blocks}
+    rows = {b.key: (b.of(theta) + data.implicit[b.key]).cpu().numpy() for b in ctx.blocks}
+    return FoldedUser(rows=rows, raw=raw, variances={k: v.cpu().numpy() for k, v in variances.items()},
+                      n_ratings=data.n, objective=float(value), n_iter=n_iter, covariance=covariance.cpu().numpy(),
+                      layout=[(b.key, b.width) for b in ctx.laplace_blocks])

@@ -1,17 +1,40 @@
-"""Initial values for embeddings, inducing points and kernel parameters."""
+"""Initial values: every term's (:meth:`~.terms.Term.initialise`, then from the data), the inducing points
+and the kernel.
+
+- every term draws its random starting values first (in term order), then sets those it takes from the
+  data (the GP inputs' PCA of the rating matrix, ``init="pca"``);
+- inducing points: the GP inputs of m training ratings drawn at random (with a little noise, so that
+  K_mm is well conditioned);
+- lengthscales: INIT_SCALE * sqrt(F r), so that typical kernel values are not vanishing.
+"""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from .model import MWGPModule, softplus_inverse
-
 #: standard deviation of every embedding entry at initialisation
 INIT_SCALE = 0.5
-#: standard deviation of every entry of the items' bilinear factors q_i at initialisation (users' p_u start at 0)
-MF_INIT_SCALE = 0.1
+
+
+@dataclass
+class InitContext:
+    """What a term's initialisation may use: the standardised training data and the seeded generator."""
+
+    index: Tensor  # (n, F) inner indices
+    y: Tensor  # (n,) standardised ratings
+    n_levels: tuple[int, ...]
+    method: str  # "pca" or "random"
+    generator: torch.Generator
+    dtype: torch.dtype
+    device: torch.device
+
+    def randn(self, shape: tuple[int, ...] | torch.Size) -> Tensor:
+        """Standard normal draws from the seeded generator (on CPU, then moved: the same on every device)."""
+        return torch.randn(tuple(shape), generator=self.generator, dtype=self.dtype).to(self.device)
 
 
 def randomized_svd(matrix: Tensor, rank: int, generator: torch.Generator, n_iter: int = 4,
@@ -39,41 +62,40 @@ def _standardise(x: Tensor) -> Tensor:
     return x / scale.clamp_min(1e-12) * INIT_SCALE
 
 
-@torch.no_grad()
-def initialise(module: MWGPModule, index: Tensor, y: Tensor, method: str, generator: torch.Generator) -> None:
-    """Set the initial state of ``module`` in place from standardised training data.
+def pca_embeddings(init: InitContext, width: int) -> tuple[Tensor | None, Tensor | None]:
+    """User and item embeddings from a scaled truncated SVD of the centred sparse rating matrix (as in the
+    paper's code), standardised to entry std INIT_SCALE; ``rank = min(width, n_users, n_items)`` columns
+    (None, None when that is 0)."""
+    n_u, n_i = init.n_levels[:2]
+    rank = min(width, n_u, n_i)
+    if rank <= 0:
+        return None, None
+    index, y = init.index, init.y
+    sparse = torch.sparse_coo_tensor(index[:, :2].T, y - y.mean(), (n_u, n_i), check_invariants=False).coalesce()
+    u, s, v = randomized_svd(sparse, rank, init.generator)
+    root = s.sqrt()
+    return _standardise(u * root), _standardise(v * root)
 
-    - embeddings: PCA of the rating matrix of the first two factors (``method='pca'``;
-      scaled truncated SVD of the sparse centred matrix, as in the paper's code) or
-      N(0, INIT_SCALE^2); further factors always start random;
-    - bilinear factors: p_u = 0, q_i ~ N(0, MF_INIT_SCALE^2), so the mean function starts as the
-      bias model (the GP's embeddings take the leading principal directions);
-    - inducing points: embeddings of m training tuples drawn at random (with a little noise
-      so that K_mm is well conditioned);
-    - lengthscales: INIT_SCALE * sqrt(F r), so that typical kernel values are not vanishing.
-    """
-    r = module.latent_dim
-    dtype, device = module.inducing.dtype, module.inducing.device
-    for f, emb in enumerate(module.embeddings):
-        emb.copy_(torch.randn(emb.shape, generator=generator, dtype=dtype).to(device) * INIT_SCALE)
-    if module.mf_rank:
-        module.mf_factors[0].zero_()
-        item_mf = module.mf_factors[1]
-        item_mf.copy_(torch.randn(item_mf.shape, generator=generator, dtype=dtype).to(device) * MF_INIT_SCALE)
-    rank = min(r, *module.n_levels[:2]) if module.n_factors >= 2 else 0
-    if method == "pca" and rank > 0:
-        n_u, n_i = module.n_levels[:2]
-        sparse = torch.sparse_coo_tensor(index[:, :2].T, y - y.mean(), (n_u, n_i),
-                                         check_invariants=False).coalesce()
-        u, s, v = randomized_svd(sparse, rank, generator)
-        root = s.sqrt()
-        module.embeddings[0][:, :rank] = _standardise(u * root)
-        module.embeddings[1][:, :rank] = _standardise(v * root)
-    n = index.shape[0]
-    m = module.n_inducing
+
+@torch.no_grad()
+def initialise(module: Any, index: Tensor, y: Tensor, method: str, generator: torch.Generator) -> None:
+    """Set the initial state of ``module`` (an :class:`~.model.MWGPModule`) in place from standardised
+    training data (module docstring)."""
+    dtype, device = module.dtype, module.device
+    init = InitContext(index, y, module.n_levels, method, generator, dtype, device)
+    for term in module.terms:
+        term.initialise(init)
+    for term in module.terms:
+        term.initialise_from_data(init)
+    gp = module.gp
+    n, m = index.shape[0], gp.n_inducing
     rows = torch.randperm(n, generator=generator)[:m] if n >= m else torch.randint(n, (m,), generator=generator)
-    feats = module.features(index[rows.to(device)])
+    feats = module.gp_inputs(index[rows.to(device)])
     jitter = 0.05 * INIT_SCALE * torch.randn(feats.shape, generator=generator, dtype=dtype).to(device)
-    module.inducing.copy_(feats + jitter)
-    module.raw_lengthscale.fill_(float(softplus_inverse(
-        torch.tensor(INIT_SCALE * math.sqrt(module.n_factors * r), dtype=torch.float64))))
+    gp.inducing.copy_(feats + jitter)
+    gp.raw_lengthscale.fill_(float(_softplus_inverse(INIT_SCALE * math.sqrt(module.n_factors * gp.input_width))))
+
+
+def _softplus_inverse(x: float) -> Tensor:
+    t = torch.tensor(x, dtype=torch.float64)
+    return t + torch.log(-torch.expm1(-t))

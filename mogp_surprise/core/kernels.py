@@ -79,6 +79,52 @@ def rbf_mean_gradient(kw: Tensor, x: Tensor, z: Tensor, lengthscale: Tensor) -> 
     return (kw @ z - x * kw.sum(-1, keepdim=True)) / (lengthscale * lengthscale)
 
 
+class RBFKernel:
+    """The MW-GP kernel as one object: k((a, b), (a', b')) = s * k_A(a, a') * k_B(b, b'), unit-scale ARD RBF
+    factors, evaluated as one ARD RBF on the concatenated inputs.
+
+    Every use of the kernel goes through this object: the exact form (``__call__``, ``gram``), the fast
+    training form (``cross``: one augmented GEMM and an ``exp``), the gradient of a kernel-weighted sum
+    (``mean_gradient``, the delta method and the Laplace curvature) and its expectations under a Gaussian
+    input (``expectations``: the closed-form cold start). ``block`` restricts it to some input dimensions
+    (the known factors of a prediction). The fused training nodes (:func:`data_fit`,
+    :func:`~.linalg.inducing_terms`) hold its hand-written gradients.
+    """
+
+    def __init__(self, lengthscale: Tensor, outputscale: Tensor) -> None:
+        self.lengthscale = lengthscale
+        self.outputscale = outputscale
+
+    def __call__(self, x: Tensor, z: Tensor) -> Tensor:
+        """k(x, z), (n, m), with clamped squared distances (exact to round-off)."""
+        return paired_kernel(x, z, self.lengthscale, self.outputscale)
+
+    def gram(self, z: Tensor) -> Tensor:
+        """k(z, z): with the paired inducing inputs, K_mm = K^A_mm ⊙ K^B_mm."""
+        return self(z, z)
+
+    def cross(self, x: Tensor, z: Tensor) -> Tensor:
+        """k(x, z) by one augmented GEMM and an ``exp`` (:func:`cross_kernel`)."""
+        return cross_kernel(x, z, self.lengthscale, self.outputscale)
+
+    def mean_gradient(self, kw: Tensor, x: Tensor, z: Tensor) -> Tensor:
+        """d/dx of sum_l k(x, z_l) w_l from ``kw = k(x, z) * w`` (:func:`rbf_mean_gradient`)."""
+        return rbf_mean_gradient(kw, x, z, self.lengthscale)
+
+    def expectations(self, mean: Tensor, var: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
+        """E[k(x, z_l)] / s and E[k(x, z_l) k(x, z_l')] / s^2 for x ~ N(mean, diag(var)) (:func:`rbf_expectations`)."""
+        return rbf_expectations(mean, var, z, self.lengthscale)
+
+    def block(self, dims: Tensor) -> "RBFKernel":
+        """The kernel on the input dimensions ``dims`` only (same output scale)."""
+        return RBFKernel(self.lengthscale[dims], self.outputscale)
+
+    def data_fit(self, x: Tensor, z: Tensor, w: Tensor, M: Tensor, resid0: Tensor,
+                 workspace: "Workspace | None" = None, weights: Tensor | None = None) -> Tensor:
+        """The fused minibatch data term with this kernel (:func:`data_fit`)."""
+        return data_fit(x, z, self.lengthscale, self.outputscale, w, M, resid0, workspace, weights)
+
+
 class _DataFit(torch.autograd.Function):
     """Fused minibatch data term of the whitened SVGP: forward and backward by hand.
 

@@ -8,7 +8,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from .errors import MWGPNumericalWarning, NumericalError
-from .kernels import scaled_sqdist
+from .kernels import paired_kernel
 
 MAX_JITTER_STEPS = 3
 
@@ -67,7 +67,7 @@ class _InducingTerms(torch.autograd.Function):
     @staticmethod
     def forward(ctx, z, lengthscale, outputscale, q_mean, q_sqrt, jitter, what):
         zs = z / lengthscale
-        kmm = outputscale * torch.exp(-0.5 * scaled_sqdist(zs, zs))
+        kmm = paired_kernel(z, z, lengthscale, outputscale)  # RBFKernel.gram
         chol = safe_cholesky(kmm, jitter, what=what)
         eye = torch.eye(kmm.shape[-1], dtype=kmm.dtype, device=kmm.device)
         p = torch.linalg.solve_triangular(chol, eye, upper=False)  # L^{-1}

@@ -2,13 +2,13 @@
 applied as weight decay, dense or row-sparse.
 
 **Dense** (small catalogues, and every model with implicit feedback or per-user/item noise): one
-fused Adam over every parameter. The prior N(0, 1 / reg) of the embeddings, bilinear factors and
-biases adds ``reg / N * theta`` to the gradient of -ELBO / N: exactly Adam's coupled
-``weight_decay = reg / N``, applied inside the optimiser's one pass over the tables.
+fused Adam over every parameter. The prior N(0, 1 / p) of a term table (embeddings, implicit and
+bilinear factors, biases) adds ``p / N * theta`` to the gradient of -ELBO / N: exactly Adam's coupled
+``weight_decay = p / N``, applied inside the optimiser's one pass over the tables.
 
 **Row-sparse** (:func:`uses_sparse_rows`: a model without implicit feedback or per-level noise,
-whose tables have many more rows than a minibatch touches): the embedding, bilinear-factor and bias
-tables get sparse gradients (only the minibatch's rows, :func:`~.model.sparse_gather`) and a lazy
+whose tables have many more rows than a minibatch touches): the term tables get sparse gradients (only
+the minibatch's rows, :func:`~.rows.sparse_gather`) and a lazy
 Adam, :class:`RowAdam` (``torch.optim.SparseAdam``'s update, measured faster), which updates only
 those rows; the dense parameters keep fused Adam. A step then costs nothing for the rows it does
 not touch. Their prior is kept exact by lazy decay: a row that was not touched for k steps has not
@@ -133,26 +133,29 @@ class RowAdam(torch.optim.Optimizer):
 
 class TrainingOptimizer:
     """Adam (dense) or Adam + :class:`RowAdam` with lazy prior decay (row-sparse), with the learning-rate
-    schedule of ``config`` over ``total_steps`` steps."""
+    schedule of ``config`` over ``total_steps`` steps.
+
+    Every term table with a Gaussian prior N(0, 1 / p) gets Adam's weight decay p / N; with ``sparse``
+    the tables that a minibatch reads by its own levels (all but the implicit-feedback tables) are
+    updated by :class:`RowAdam`, the rest by fused Adam.
+    """
 
     def __init__(self, module, config: MWGPConfig, n_data: int, total_steps: int, sparse: bool) -> None:
-        tables, mf_tables = module.prior_tables(), module.mf_prior_tables()
-        biases = list(module.biases.parameters())
-        reg = {**{id(p): config.embedding_reg for p in tables}, **{id(p): config.mf_reg for p in mf_tables},
-               **{id(p): config.bias_reg for p in biases}}
-        self.sparse_params = [*module.embeddings, *module.mf_factors, *biases] if sparse else []
+        decay = {id(table): (spec.prior_precision or 0.0) / n_data for _, spec, table in module.tables()}
+        self.sparse_params = [table for _, spec, table in module.tables() if sparse and spec.feeds is None]
         sparse_ids = {id(p) for p in self.sparse_params}
-        groups = [{"params": [p for p in ps if id(p) not in sparse_ids], "weight_decay": r / n_data}
-                  for ps, r in ((tables, config.embedding_reg), (mf_tables, config.mf_reg), (biases, config.bias_reg))]
-        groups.append({"params": [p for p in module.parameters() if id(p) not in reg], "weight_decay": 0.0})
-        groups = [g for g in groups if g["params"]]
+        groups: dict[float, list] = {}
+        for p in module.parameters():
+            if id(p) not in sparse_ids:
+                groups.setdefault(decay.get(id(p), 0.0), []).append(p)
+        param_groups = [{"params": ps, "weight_decay": d} for d, ps in groups.items()]
         try:
-            adam = torch.optim.Adam(groups, lr=config.lr, fused=True)
+            adam = torch.optim.Adam(param_groups, lr=config.lr, fused=True)
         except (RuntimeError, TypeError, ValueError):  # fused Adam not available for this device/torch
-            adam = torch.optim.Adam(groups, lr=config.lr)
+            adam = torch.optim.Adam(param_groups, lr=config.lr)
         self.optimizers = [adam]
         if self.sparse_params:
-            self.optimizers.append(RowAdam(self.sparse_params, config.lr, [reg[id(p)] / n_data for p in self.sparse_params]))
+            self.optimizers.append(RowAdam(self.sparse_params, config.lr, [decay[id(p)] for p in self.sparse_params]))
         lam = schedule(config.lr_schedule, total_steps)
         self.schedulers = [torch.optim.lr_scheduler.LambdaLR(o, lam) for o in self.optimizers]
 

@@ -18,11 +18,12 @@ from .distributed import DataParallel, touched_rows
 from .errors import NumericalError, check_finite_ratings
 from .initialization import initialise
 from .kernels import Workspace
-from .laplace import level_variances
+from .laplace import laplace_variances
 from .model import MWGPModule
 from .objective import elbo, log_prior
 from .optim import TrainingOptimizer, uses_sparse_rows
 from .posterior import MWGPPosterior
+from .rows import Batch
 
 logger = logging.getLogger(__name__)
 
@@ -147,15 +148,11 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
     run = _train(idx_t, y_t, **common, stop_after=stop_after, resumed=resumed,
                  phase={"phase": "final", "stop_after": stop_after, "validation": validation})
     module = run.module
-    spread = level_variances(module, idx_t.to(device), config.jitter, config.embedding_reg, config.bias_reg,
-                             config.chunk_size, mf_reg=config.mf_reg)
+    laplace = laplace_variances(module, idx_t.to(device), config.jitter, config.chunk_size)
     posterior = MWGPPosterior.from_module(module, rating_mean, rating_std, config.jitter, config.chunk_size,
-                                          level_variances=spread,
-                                          embedding_uncertainty=config.embedding_uncertainty,
-                                          embedding_reg=config.embedding_reg, bias_reg=config.bias_reg,
-                                          mf_reg=config.mf_reg)
+                                          laplace=laplace, embedding_uncertainty=config.embedding_uncertainty)
     # unseen users / items: their latent variance calibrated on the training ratings (leave-one-out)
-    posterior = posterior.with_cold_start_calibration(index, ratings, spread[1])
+    posterior = posterior.with_cold_start_calibration(index, ratings, laplace)
     elapsed = time.perf_counter() - started
     logger.info("MW-GP fitted on %d ratings in %.1f s (final loss %.4f)", n, elapsed, run.history[-1])
     return FitResult(posterior=posterior, loss_history=run.history, epoch_times=run.epoch_times,
@@ -186,9 +183,7 @@ def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], co
     """
     n = idx_t.shape[0]
     dtype = y_t.dtype
-    module = MWGPModule(tuple(n_levels), config.latent_dim, config.n_inducing, config.use_biases,
-                        heteroscedastic=config.noise == "heteroscedastic", implicit=config.implicit,
-                        mf_rank=config.mf_rank).to(dtype=dtype)
+    module = MWGPModule.from_config(config, tuple(n_levels)).to(dtype=dtype)
     module.set_implicit_graph(idx_t)
     initialise(module, idx_t, y_t, config.init, gen)
     if parallel is not None:
@@ -232,8 +227,8 @@ def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], co
             size = min(start + batch, n) - start
             mine = rows if parallel is None else parallel.shard(rows)
             # the Gaussian priors of embeddings, factors and biases enter through the optimiser (optim.py)
-            loss = -elbo(module, idx_t[mine], y_t[mine], n, config.jitter, config.kl_weight,
-                         batch_size=size, share=share) / n
+            loss = -elbo(module, Batch(idx_t[mine], module.sparse_rows), y_t[mine], n, config.jitter,
+                         config.kl_weight, batch_size=size, share=share) / n
             optimizer.zero_grad()
             loss.backward()
             loss = loss.detach()
@@ -247,7 +242,7 @@ def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], co
             optimizer.step()
             total += value * size
         with torch.no_grad():
-            prior = float(log_prior(module, config.embedding_reg, config.bias_reg, config.mf_reg))
+            prior = float(log_prior(module))
         run.history.append(total / n - prior / n)
         run.epoch_times.append(time.perf_counter() - epoch_start)
         bar.set_postfix(loss=f"{run.history[-1]:.4f}")
@@ -257,7 +252,7 @@ def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], co
         if saver is not None and saver.checkpointing.due(epoch + 1, last):
             saver.save(phase, epoch + 1, module, optimizer, gen, order, run)
     module.workspace = None
-    module.sparse_rows, module._rows_plan = False, None
+    module.sparse_rows = False
     return run
 
 
@@ -302,11 +297,13 @@ def _restore(state: dict, module: MWGPModule, optimizer: TrainingOptimizer, gen:
 @torch.no_grad()
 def _rmse(module: MWGPModule, index: torch.Tensor, y: torch.Tensor, config: MWGPConfig) -> float:
     """RMSE of the predictive mean on standardised ratings (training dtype, chunked)."""
-    terms = module.whitened_terms(config.jitter)
-    tables = module.input_tables()
+    terms = module.gp.whitened_terms(config.jitter)
+    tables = module.effective_tables()
     total = 0.0
     for start in range(0, index.shape[0], config.chunk_size):
-        idx = index[start:start + config.chunk_size]
-        mean, _ = module.latent_moments(idx, terms, tables)
-        total += float(((mean - y[start:start + config.chunk_size]) ** 2).sum())
+        parts = module.rating_parts(Batch(index[start:start + config.chunk_size]), tables)
+        f_mean, _ = module.gp.latent_moments(torch.cat([rows.value for rows in parts.inputs], dim=-1), terms)
+        if parts.latent_log_scale is not None:
+            f_mean = torch.exp(parts.latent_log_scale) * f_mean
+        total += float(((parts.mean + f_mean - y[start:start + config.chunk_size]) ** 2).sum())
     return math.sqrt(total / max(index.shape[0], 1))

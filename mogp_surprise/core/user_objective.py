@@ -1,7 +1,11 @@
-"""The fold-in objective of one user and its Laplace variances (:mod:`.foldin` has the formulas and the API).
+"""The fold-in objective of one user and its Laplace posterior (:mod:`.foldin` has the formulas and the API).
 
-:class:`FoldInContext` holds the fitted quantities of a posterior in float64; the objective is the
-part of the training ELBO that involves one user, built from the terms of :mod:`.objective`.
+:class:`FoldInContext` holds what every term needs to treat one user's rows as free parameters: the
+layout of the parameter vector (every term's user tables, in term order), the fixed rows of the items,
+and the priors. The objective is the part of the training ELBO that involves the user, built by the
+same :meth:`~.terms.Term.combine` and :func:`~.objective.expected_log_lik_of_moments` as training and
+prediction; the Gauss-Newton curvature is taken by autograd on per-rating copies of the parameters, as
+:mod:`.laplace` does for trained users.
 """
 from __future__ import annotations
 
@@ -12,27 +16,42 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .kernels import rbf_mean_gradient, scaled_sqdist
-from .objective import gaussian_expected_log_lik, gaussian_log_prior, noise_moments_from_offsets, noise_offset_kl
+from .objective import expected_log_lik_of_moments, noise_moments
 from .posterior import MWGPPosterior
+from .terms import PRIORS, RatingParts, Rows, Table
 
-#: "population": the prior of a folded-in user is the spread of the learned users (the distribution the
-#: cold-start user is integrated over); "model": the model's own priors (the training ELBO exactly)
-PRIORS = ("population", "model")
+__all__ = ["FoldInContext", "UserData", "Block", "PRIORS"]
+
+
+@dataclass(frozen=True)
+class Block:
+    """One user table's entries in the fold-in parameter vector."""
+
+    term: int  # position of the term in the posterior's terms
+    spec: Table
+    start: int
+    width: int  # entries (1 for a 1-d table)
+
+    @property
+    def key(self) -> str:
+        return f"{self.term_name}.{self.spec.name}"
+
+    term_name: str = ""
+
+    def of(self, theta: Tensor) -> Tensor:
+        """This block of a parameter vector (d,) or of per-rating copies (n, d), shaped like the table's rows."""
+        part = theta[..., self.start:self.start + self.width]
+        return part if self.spec.width else part[..., 0]
 
 
 @dataclass
 class UserData:
-    """The fixed, per-user part of the objective."""
+    """The fixed, per-user part of the objective: the items' rows and the user's implicit sums."""
 
     n: int  # number of ratings
-    k_item: Tensor  # (n, m): outputscale * k_B(x_j, z^B)
-    resid: Tensor  # (n,): y_j - c - b_j
-    implicit: Tensor  # (r,): |J|^{-1/2} sum_j y_j, or zeros
-    implicit_mf: Tensor  # (k,): |J|^{-1/2} sum_j y'_j, or zeros
-    t_mean: Tensor | None  # (n,): E_q[t_j]
-    t_var: Tensor | None  # (n,): Var_q[t_j]
-    q: Tensor  # (n, k): the items' bilinear factors q~_j
+    y: Tensor  # (n,) standardised ratings
+    item_rows: dict[tuple[int, str], Tensor]  # (term, table) -> (n, ...) rows of the rated items
+    implicit: dict[str, Tensor]  # block key -> the user's implicit sum over the rated items (zeros without)
 
 
 class FoldInContext:
@@ -44,160 +63,163 @@ class FoldInContext:
         if posterior.n_factors != 2:
             raise ValueError(f"fold-in needs a (user, item) model; this one has {posterior.n_factors} factors "
                              "(context factors are not supported)")
-        info = posterior.foldin
-        if info is None:
-            raise ValueError("this posterior was saved before fold-in existed and lacks what fold-in needs (the "
-                             "priors, the items' implicit factors and noise offsets); refit the model to fold in "
-                             "users")
-        if info["embedding_reg"] is None or info["bias_reg"] is None or (
-                posterior.mf_rank and info.get("mf_reg") is None):
-            raise ValueError("this posterior was built without its priors; pass `embedding_reg`, `bias_reg` (and "
-                             "`mf_reg` with a bilinear term) to MWGPPosterior.from_module (fit_mwgp does) to fold "
-                             "in users")
-        f64 = {"dtype": torch.float64}
-        self.device = posterior.device
-        self.r = r = posterior.latent_dim
-        self.k = posterior.mf_rank
-        self.n_users, self.n_items = posterior.n_levels
-        self.rating_mean, self.rating_std = posterior.rating_mean, posterior.rating_std
-        z, ls = posterior.inducing.to(**f64), posterior.lengthscale.to(**f64)
-        self.outputscale = posterior.outputscale.to(**f64)
-        self.z_user, self.ls_user, self.ls_item = z[:, :r], ls[:r], ls[r:]
-        self.zs_user, self.zs_item = self.z_user / self.ls_user, z[:, r:] / self.ls_item
-        self.w, self.M = posterior.w.to(**f64), posterior.M.to(**f64)
-        self.global_mean = posterior.global_mean.to(**f64)
-        self.log_noise = torch.log(posterior.noise.to(**f64))
-        (self.user_input, self.item_input), (self.user_bias, self.item_bias) = posterior.embeddings, posterior.biases
-        self.user_mf, self.item_mf = posterior.mf_factors if self.k else (None, None)
-        self.cold_users = posterior.cold_users
-        self.use_biases, self.heteroscedastic, self.implicit = (
-            bool(info[name]) for name in ("use_biases", "heteroscedastic", "implicit"))
-        self.item_implicit = info["item_implicit"]
-        self.item_mf_implicit = info.get("item_mf_implicit")
-        self.embedding_reg, self.bias_reg = float(info["embedding_reg"]), float(info["bias_reg"])
-        if self.heteroscedastic:
-            self.log_tau = info["noise_prior_logvar"][0].to(**f64)
-            self.noise_mean, self.noise_logvar = info["noise_offset_mean"], info["noise_offset_logvar"]
-        else:
-            self.log_tau = torch.zeros((), **f64, device=self.device)
         if prior not in PRIORS:
             raise ValueError(f"`prior` must be one of {PRIORS}, got {prior!r}")
-        zero = torch.zeros((), **f64, device=self.device)
-        # the prior of the user's GP input x_u, bias and log-noise offset: N(mean, var) each
-        if prior == "population":  # the learned users' spread, as the cold-start user is integrated over
-            self.x_mean, self.x_var = posterior.emb_mean[0].to(**f64), posterior.emb_var[0].to(**f64)
-            self.b_mean, self.b_var = posterior.bias_mean[0].to(**f64), posterior.bias_var[0].to(**f64)
-            self.p_mean = posterior.mf_mean[0].to(**f64) if self.k else torch.zeros(0, **f64, device=self.device)
-            self.p_var = posterior.mf_var[0].to(**f64).clamp_min(1e-12) if self.k else self.p_mean
-            if self.heteroscedastic:
-                pop = info["user_noise_population"]  # (mean, variance), kept by MWGPPosterior.from_module
-                self.s_mean, self.log_tau = pop[0].to(**f64), torch.log(pop[1].to(**f64))
-            else:
-                self.s_mean = zero
-        else:  # the model's own priors, exactly the training ELBO
-            self.x_mean, self.x_var = None, (1.0 / self.embedding_reg if self.embedding_reg > 0 else math.inf)
-            self.b_mean, self.b_var = zero, (1.0 / self.bias_reg if self.bias_reg > 0 else math.inf)
-            self.p_mean = torch.zeros(self.k, **f64, device=self.device)
-            mf_reg = float(info.get("mf_reg") or 0.0)
-            self.p_var = torch.full((self.k,), 1.0 / mf_reg if mf_reg > 0 else math.inf, **f64, device=self.device)
-            self.s_mean = zero
+        state = posterior.state.map(lambda t: t.to(torch.float64) if t.is_floating_point() else t)
+        incomplete = [t.name for t in state.terms if not t.complete or
+                      any(s.feeds is not None and state_table_missing(t, s) for s in t.term.specs.values())]
+        if incomplete:
+            raise ValueError(f"this posterior lacks what fold-in needs for its terms {incomplete} (their priors, or "
+                             "the items' implicit factors): it was saved before fold-in existed; refit the model to "
+                             "fold in users")
+        self.state, self.prior, self.posterior = state, prior, posterior
+        self.device = posterior.device
+        self.n_users, self.n_items = posterior.n_levels
+        self.rating_mean, self.rating_std = posterior.rating_mean, posterior.rating_std
+        self.blocks: list[Block] = []
+        start = 0
+        for position, fitted in enumerate(state.terms):
+            for spec in fitted.term.user_tables:
+                width = max(spec.width, 1)
+                self.blocks.append(Block(position, spec, start, width, fitted.name))
+                start += width
+        self.dim = start
+        gp = state.gp
+        self.kernel, self.inducing, self.w, self.M = gp.kernel(), gp.inducing, gp.w, gp.M
 
-    # -- the objective -----------------------------------------------------------------------------
-    def split(self, theta: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-        """(a, b, mu, log v, p) from the flat parameter vector of :meth:`start`."""
-        r = self.r
-        return theta[:r], theta[r], theta[r + 1], theta[r + 2], theta[r + 3:]
+    @property
+    def laplace_blocks(self) -> list[Block]:
+        return [b for b in self.blocks if b.spec.laplace]
 
+    # -- the data of one user ----------------------------------------------------------------------------
     def user_data(self, items: np.ndarray, y: np.ndarray) -> UserData:
-        f64 = {"dtype": torch.float64, "device": self.device}
         idx = torch.as_tensor(items, device=self.device)
-        xs = self.item_input[idx].to(**f64) / self.ls_item
-        k_item = self.outputscale * torch.exp(-0.5 * scaled_sqdist(xs, self.zs_item))
-        resid = torch.as_tensor(y, **f64) - self.global_mean - self.item_bias[idx].to(**f64)
-        implicit = torch.zeros(self.r, **f64)
-        implicit_mf = torch.zeros(self.k, **f64)
-        if self.implicit and items.size:
-            rated = torch.as_tensor(np.unique(items), device=self.device)  # repeated pairs count once, as in training
-            implicit = self.item_implicit[rated].to(**f64).sum(0) / math.sqrt(rated.numel())
-            if self.item_mf_implicit is not None:
-                implicit_mf = self.item_mf_implicit[rated].to(**f64).sum(0) / math.sqrt(rated.numel())
-        t_mean = t_var = None
-        if self.heteroscedastic:
-            t_mean = self.noise_mean[1][idx].to(**f64)
-            t_var = torch.exp(self.noise_logvar[1][idx].to(**f64))
-        q = self.item_mf[idx].to(**f64) if self.k else torch.zeros(idx.shape[0], 0, **f64)
-        return UserData(int(items.size), k_item, resid, implicit, implicit_mf, t_mean, t_var, q)
+        item_rows = {}
+        for position, fitted in enumerate(self.state.terms):
+            for spec in fitted.term.direct_tables:
+                if spec.factor != 0:
+                    item_rows[(position, spec.name)] = fitted.tables[spec.name].values[idx]
+        rated = torch.as_tensor(np.unique(items), device=self.device)  # repeated pairs count once, as in training
+        implicit = {}
+        for block in self.blocks:
+            fitted = self.state.terms[block.term]
+            feeder = next((s for s in fitted.term.specs.values() if s.feeds == block.spec.name), None)
+            total = torch.zeros(block.width, dtype=torch.float64, device=self.device)
+            if feeder is not None and rated.numel():
+                total = fitted.tables[feeder.name].values[rated].sum(0) / math.sqrt(rated.numel())
+            implicit[block.key] = total if block.spec.width else total[0]
+        return UserData(int(items.size), torch.as_tensor(y, dtype=torch.float64, device=self.device), item_rows,
+                        implicit)
 
-    def moments(self, data: UserData, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """The kernel rows k_j (n, m), E_q[f_j] and Var_q[f_j] at the user's GP input ``x``."""
-        d = x / self.ls_user - self.zs_user
-        kk = data.k_item * torch.exp(-0.5 * (d * d).sum(-1))
-        return kk, kk @ self.w, self.outputscale + ((kk @ self.M) * kk).sum(-1)
+    # -- the objective --------------------------------------------------------------------------------------
+    def parts(self, data: UserData, theta: Tensor) -> RatingParts:
+        """Every term's parts for the user's ratings, the user's rows from ``theta`` ((d,), or per-rating copies
+        (n, d))."""
+        n = data.n
+        state = self.state
+        parts = RatingParts(mean=state.global_mean.expand(n), log_noise_base=torch.log(state.noise_variance),
+                            inputs=[None, None])
+        by_term: dict[int, dict[str, Rows]] = {}
+        for block in self.blocks:
+            value = block.of(theta) + data.implicit[block.key]
+            if theta.dim() == 1:
+                value = value.expand(n, *value.shape)
+            by_term.setdefault(block.term, {})[block.spec.name] = Rows(value)
+        for position, fitted in enumerate(state.terms):
+            rows = by_term.get(position, {})
+            for spec in fitted.term.direct_tables:
+                if spec.factor != 0:
+                    rows[spec.name] = Rows(data.item_rows[(position, spec.name)])
+            fitted.term.combine(rows, parts)
+        return parts
 
-    def noise(self, data: UserData, mu: Tensor, logvar: Tensor) -> tuple[Tensor, Tensor]:
-        """E_q[log sigma_j^2] and lambda_j = E_q[1 / sigma_j^2], (n,) each."""
-        offsets = [(mu, torch.exp(logvar)), (data.t_mean, data.t_var)] if self.heteroscedastic else ()
-        return noise_moments_from_offsets(self.log_noise, data.n, offsets)
+    def f_moments(self, parts: RatingParts) -> tuple[Tensor, Tensor]:
+        """E[f] and Var[f] at the (known) GP inputs of ``parts``."""
+        x = torch.cat([rows.value for rows in parts.inputs], dim=-1)
+        k = self.kernel.cross(x, self.inducing)
+        return k @ self.w, self.kernel.outputscale + ((k @ self.M) * k).sum(-1)
 
-    def objective(self, data: UserData, a: Tensor, b: Tensor, mu: Tensor, logvar: Tensor, p: Tensor) -> Tensor:
-        """L(a_u, b_u, p_u, mu, log v) of the :mod:`.foldin` docstring: the user's terms of the training ELBO."""
-        _, mean, var = self.moments(data, a + data.implicit)
-        resid = data.resid - mean
-        if self.use_biases:
-            resid = resid - b
-        if self.k:
-            resid = resid - data.q @ (p + data.implicit_mf)
-        log_noise, lam = self.noise(data, mu, logvar)
-        out = gaussian_expected_log_lik(data.n, log_noise.sum(), (lam * (resid * resid + var)).sum())
-        if self.x_mean is None:  # the model's priors on the embedding a_u and on p_u
-            out = out + gaussian_log_prior(a, self.x_var)
-            p_effective = p
-        else:  # the population priors on the GP input x_u and on p~_u = p_u + implicit
-            out = out + gaussian_log_prior(a + data.implicit, self.x_var, self.x_mean)
-            p_effective = p + data.implicit_mf
-        if self.use_biases:
-            out = out + gaussian_log_prior(b, self.b_var, self.b_mean)
-        if self.k:
-            out = out + gaussian_log_prior(p_effective, self.p_var, self.p_mean)
-        if self.heteroscedastic:
-            out = out - noise_offset_kl(mu, logvar, self.log_tau, self.s_mean)
+    def log_prior(self, data: UserData, theta: Tensor) -> Tensor:
+        out = theta.new_zeros(())
+        for block in self.blocks:
+            fitted = self.state.terms[block.term]
+            raw = block.of(theta)
+            effective = raw + data.implicit[block.key]
+            value = fitted.term.user_log_prior(block.spec, raw, effective, self.prior, fitted)
+            if value is None:
+                value = fitted.term.default_user_log_prior(block.spec, raw, effective, self.prior, fitted)
+            out = out + value
         return out
 
-    def laplace(self, data: UserData, x: Tensor, mu: Tensor, logvar: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Diagonal Gauss-Newton variances of the GP input x (r,), the bias and p_u (k,), as in ``laplace.py``."""
-        kk, _, _ = self.moments(data, x)
-        grad = rbf_mean_gradient(kk * self.w, x, self.z_user, self.ls_user)
-        _, lam = self.noise(data, mu, logvar)
-        prec = 1.0 / self.x_var + (lam.unsqueeze(-1) * grad * grad).sum(0)
-        bias_prec = 1.0 / self.b_var + lam.sum()
-        # no prior (infinite variance): 0, i.e. no correction, as laplace.py does
-        input_var = 1.0 / prec if _finite(self.x_var) else torch.zeros_like(prec)
-        bias_var = 1.0 / bias_prec if _finite(self.b_var) and self.use_biases else torch.zeros_like(bias_prec)
-        mf_prec = 1.0 / self.p_var + (lam.unsqueeze(-1) * data.q * data.q).sum(0)
-        mf_var = 1.0 / mf_prec if _finite(self.p_var) else torch.zeros_like(mf_prec)
-        return input_var, bias_var, mf_var
+    def objective(self, data: UserData, theta: Tensor) -> Tensor:
+        """The user's terms of the training ELBO at the raw rows ``theta`` (d,) (:mod:`.foldin`'s L)."""
+        parts = self.parts(data, theta)
+        f_mean, f_var = self.f_moments(parts)
+        return expected_log_lik_of_moments(parts, data.y, f_mean, f_var) + self.log_prior(data, theta)
 
-    # -- optimisation -------------------------------------------------------------------------------
+    # -- the start and the Laplace posterior -------------------------------------------------------------------
     def start(self, data: UserData, init: int | None) -> Tensor:
-        """(a, b, mu, log v, p) to start from: the prior mean, or a known user's fitted values."""
-        f64 = {"dtype": torch.float64, "device": self.device}
-        theta = torch.zeros(self.r + 3 + self.k, **f64)
-        if self.x_mean is not None:
-            theta[:self.r] = self.x_mean - data.implicit
-            theta[self.r + 3:] = self.p_mean - data.implicit_mf
-        theta[self.r] = self.b_mean
-        theta[self.r + 1] = self.s_mean
-        theta[self.r + 2] = self.log_tau
-        if init is not None and not (self.cold_users is not None and bool(self.cold_users[init])):
-            theta[:self.r] = self.user_input[init].to(**f64) - data.implicit  # the fitted GP input
-            theta[self.r] = self.user_bias[init].to(**f64)
-            if self.heteroscedastic:
-                theta[self.r + 1] = self.noise_mean[0][init].to(**f64)
-                theta[self.r + 2] = self.noise_logvar[0][init].to(**f64)
-            if self.k:
-                theta[self.r + 3:] = self.user_mf[init].to(**f64) - data.implicit_mf
+        """The raw rows to start from: the prior's mean, or a known user's fitted rows (``init``)."""
+        theta = torch.zeros(self.dim, dtype=torch.float64, device=self.device)
+        known = init is not None and not (self.state.cold_users is not None and bool(self.state.cold_users[init]))
+        for block in self.blocks:
+            fitted = self.state.terms[block.term]
+            table = fitted.tables[block.spec.name]
+            implicit = data.implicit[block.key]
+            if known:
+                value = table.values[init] - implicit
+            else:
+                value = fitted.term.user_start(block.spec, self.prior, fitted)
+                if value is None:
+                    value = table.population[0] - implicit if self.prior == "population" else torch.zeros_like(implicit)
+            theta[block.start:block.start + block.width] = value.reshape(-1).to(theta)
         return theta
 
+    def laplace(self, data: UserData, theta: Tensor) -> tuple[dict[str, Tensor], Tensor]:
+        """The Gauss-Newton posterior of the user's Laplace entries at ``theta``: the diagonal variances per
+        block (as trained users get them) and the full covariance (d_L, d_L) of those entries, in layout order.
 
-def _finite(value) -> bool:
-    return bool(torch.isfinite(torch.as_tensor(value)).all())
+        Precision: the prior's (:meth:`~.terms.Term.user_prior_precision`) plus sum_j lambda_j J_j J_j^T with
+        J_j = d E[y_j] / d theta; an entry under a flat prior gets variance 0 (no correction).
+        """
+        blocks = self.laplace_blocks
+        width = sum(b.width for b in blocks)
+        prior = torch.zeros(width, dtype=torch.float64, device=self.device)
+        flat = torch.zeros(width, dtype=torch.bool, device=self.device)
+        offset = 0
+        for block in blocks:
+            fitted = self.state.terms[block.term]
+            precision = fitted.term.user_prior_precision(block.spec, self.prior, fitted)
+            if precision is None:
+                flat[offset:offset + block.width] = True
+            else:
+                prior[offset:offset + block.width] = precision.reshape(-1).to(prior)
+            offset += block.width
+        gram = torch.zeros(width, width, dtype=torch.float64, device=self.device)
+        if data.n:
+            copies = theta.detach().expand(data.n, self.dim).clone().requires_grad_(True)
+            with torch.enable_grad():
+                parts = self.parts(data, copies)
+                f_mean, _ = self.f_moments(parts)
+                if parts.latent_log_scale is not None:
+                    f_mean = torch.exp(parts.latent_log_scale) * f_mean
+                (jac,) = torch.autograd.grad((parts.mean + f_mean).sum(), copies)
+            lam = noise_moments(parts)[1].detach()
+            jac = torch.cat([jac[:, b.start:b.start + b.width] for b in blocks], dim=1)
+            gram = (jac * lam.unsqueeze(-1)).T @ jac
+        diagonal = torch.where(flat, torch.zeros_like(prior), 1.0 / (prior + torch.diagonal(gram)))
+        precision = gram + torch.diag(torch.where(flat, torch.ones_like(prior), prior))
+        covariance = torch.linalg.inv(precision)
+        covariance[flat] = 0.0
+        covariance[:, flat] = 0.0
+        out, offset = {}, 0
+        for block in blocks:
+            part = diagonal[offset:offset + block.width]
+            out[block.key] = part if block.spec.width else part[0]
+            offset += block.width
+        return out, covariance
+
+
+def state_table_missing(fitted, spec: Table) -> bool:
+    """Whether an implicit-feedback table that feeds the users' rows is missing from a fitted term."""
+    return fitted.term.specs[spec.feeds].factor == 0 and spec.name not in fitted.tables

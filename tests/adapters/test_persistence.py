@@ -129,19 +129,9 @@ def test_generator_random_state_is_saved_as_none(synthetic_df, tmp_path):
     assert MWGPRegressor.load(tmp_path / "g.pt").random_state is None
 
 
-def test_a_file_saved_before_the_bilinear_term_loads_as_the_model_it_holds(sklearn_model, synthetic_df, tmp_path):
-    """A file without `mf_rank` (saved before the bilinear term existed; its posterior has no factors) loads
-    with mf_rank=0, the model it holds, not today's default, and predicts as saved."""
-    assert sklearn_model.posterior_.mf_rank == sklearn_model.get_params()["mf_rank"] > 0
-    plain = MWGPRegressor(**{**FAST, "mf_rank": 0}).fit(synthetic_df[["user", "item"]], synthetic_df["rating"])
-    plain.save(tmp_path / "p.pt")
-    payload = torch.load(tmp_path / "p.pt", weights_only=True)
-    del payload["hyper_params"]["mf_rank"], payload["hyper_params"]["mf_reg"]
-    for key in ("mf_mean", "mf_var", "mf_factors", "mf_level_var"):
-        payload["posterior"].pop(key)
-    torch.save(payload, tmp_path / "old.pt")
-    old = MWGPRegressor.load(tmp_path / "old.pt")
-    assert old.get_params()["mf_rank"] == 0 and old.posterior_.mf_rank == 0
-    X = synthetic_df[["user", "item"]].iloc[:200]
-    for a, b in zip(plain.predict_dist(X), old.predict_dist(X)):
-        np.testing.assert_array_equal(a, b)
+def test_files_record_the_current_format_and_the_model_terms(sklearn_model, tmp_path):
+    sklearn_model.save(tmp_path / "r.pt")
+    payload = torch.load(tmp_path / "r.pt", weights_only=True)
+    assert payload["format_version"] == persistence.FORMAT_VERSION == 2
+    assert payload["posterior"]["format_version"] == 2
+    assert [t["name"] for t in payload["posterior"]["terms"]] == ["gp_input", "bias", "bilinear", "noise_offset"]

@@ -3,19 +3,76 @@ from __future__ import annotations
 
 import torch
 
+from mogp_surprise.core.config import MWGPConfig
 from mogp_surprise.core.model import MWGPModule
+
+#: the options of the old positional constructor, as MWGPConfig fields
+_OPTIONS = {"heteroscedastic": ("noise", {True: "heteroscedastic", False: "homoscedastic"}),
+            "implicit": ("implicit", None), "use_biases": ("use_biases", None), "mf_rank": ("mf_rank", None)}
+
+
+def module(levels: tuple[int, ...], latent_dim: int, n_inducing: int, heteroscedastic: bool = False,
+           implicit: bool = False, use_biases: bool = True, mf_rank: int = 0, **config) -> MWGPModule:
+    """An MWGPModule (float32, zeros) with these options: the paper's model unless told otherwise."""
+    cfg = MWGPConfig(latent_dim=latent_dim, n_inducing=n_inducing, use_biases=use_biases, implicit=implicit,
+                     mf_rank=mf_rank, noise="heteroscedastic" if heteroscedastic else "homoscedastic", **config)
+    return MWGPModule.from_config(cfg, tuple(levels))
 
 
 def random_module(levels: tuple[int, ...], latent_dim: int, n_inducing: int, seed: int = 0, scale: float = 0.7,
                   q_diag: float = 1.5, **options) -> MWGPModule:
     """Every parameter ~ N(0, scale^2), then q's Cholesky factor made well conditioned (+ q_diag I).
 
-    ``options`` go to :class:`MWGPModule` (``heteroscedastic``, ``implicit``, ``use_biases``, ``mf_rank``).
+    ``options`` go to :func:`module` (``heteroscedastic``, ``implicit``, ``use_biases``, ``mf_rank`` and config fields).
     """
     gen = torch.Generator().manual_seed(seed)
-    mod = MWGPModule(levels, latent_dim, n_inducing, **options).double()
+    mod = module(levels, latent_dim, n_inducing, **options).double()
     with torch.no_grad():
         for p in mod.parameters():
             p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64) * scale)
-        mod.q_sqrt.copy_(torch.tril(mod.q_sqrt) + q_diag * torch.eye(n_inducing, dtype=torch.float64))
+        mod.gp.q_sqrt.copy_(torch.tril(mod.gp.q_sqrt) + q_diag * torch.eye(n_inducing, dtype=torch.float64))
     return mod
+
+
+# -- short names for what the core tests read off a module ---------------------------------------------------
+def parts(mod: MWGPModule, index: torch.Tensor):
+    """Every term's parts for index tuples (the trained parameters)."""
+    from mogp_surprise.core.rows import Batch
+
+    return mod.rating_parts(Batch(index))
+
+
+def features(mod: MWGPModule, index: torch.Tensor) -> torch.Tensor:
+    """The concatenated GP inputs of index tuples."""
+    return mod.gp_inputs(index)
+
+
+def mean_function(mod: MWGPModule, index: torch.Tensor) -> torch.Tensor:
+    return parts(mod, index).mean
+
+
+def latent_moments(mod: MWGPModule, index: torch.Tensor, terms) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean (mean function included) and variance of f at index tuples (training's exact kernel form)."""
+    p = parts(mod, index)
+    mean, var = mod.gp.latent_moments(torch.cat([r.value for r in p.inputs], dim=-1), terms)
+    return p.mean + mean, var
+
+
+def offsets(mod: MWGPModule, factor: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Views of the mean and log variance of every level's log-noise offset of ``factor``."""
+    table = mod.term("noise_offset").table(f"offset_{factor}")
+    return table[:, 0], table[:, 1]
+
+
+def table(mod: MWGPModule, term: str, name: str) -> torch.nn.Parameter:
+    return mod.term(term).table(name)
+
+
+def fitted(post, term: str, name: str):
+    """A fitted table of a posterior (``.values``, ``.laplace_var``, ``.population``)."""
+    return post.term(term).tables[name]
+
+
+def population(post, term: str, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean, variance) of the population an unseen level's row of a term table is drawn from."""
+    return fitted(post, term, name).population

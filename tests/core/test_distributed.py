@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from mogp_surprise.core.distributed import DataParallel, touched_rows
-from mogp_surprise.core.model import MWGPModule
+from tests.core._modules import module as build, table
 
 WORKER = Path(__file__).with_name("_dp_worker.py")
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
@@ -202,13 +202,16 @@ def test_shards_of_a_minibatch_partition_it():
 
 
 def test_touched_rows_are_the_minibatch_levels_and_skip_implicit_tables():
-    module = MWGPModule((6, 5), 2, 4, heteroscedastic=True, implicit=True, mf_rank=2)
+    module = build((6, 5), 2, 4, heteroscedastic=True, implicit=True, mf_rank=2)
     module.set_implicit_graph(torch.tensor([[0, 1], [2, 3], [5, 4]]))
     rows = touched_rows(module, torch.tensor([[2, 3], [0, 3], [2, 1]]))
-    assert torch.equal(rows[id(module.embeddings[0])], torch.tensor([0, 2]))
-    assert torch.equal(rows[id(module.noise_offset_mean[1])], torch.tensor([1, 3]))
-    assert torch.equal(rows[id(module.mf_factors[1])], torch.tensor([1, 3]))
-    assert id(module.implicit_factors[0]) not in rows and id(module.inducing) not in rows
+    assert torch.equal(rows[id(table(module, "gp_input", "embedding_0"))], torch.tensor([0, 2]))
+    assert torch.equal(rows[id(table(module, "noise_offset", "offset_1"))], torch.tensor([1, 3]))
+    assert torch.equal(rows[id(table(module, "bilinear", "factor_1"))], torch.tensor([1, 3]))
+    assert torch.equal(rows[id(table(module, "bias", "bias_0"))], torch.tensor([0, 2]))
+    assert id(table(module, "gp_input", "implicit_0")) not in rows and id(module.gp.inducing) not in rows
+    # every other per-level table of every term: exactly the implicit-feedback ones are left out
+    assert {id(t) for _, spec, t in module.tables() if spec.feeds is None} == set(rows)
 
 
 def test_training_data_parallel_needs_a_process_group():

@@ -1,5 +1,5 @@
 """Fold-in of new users: the objective against autograd of the training ELBO, the Laplace variances against
-``laplace.level_variances``, recovery of trained users, cold start, learning from more ratings, persistence
+``laplace.laplace_variances``, recovery of trained users, cold start, learning from more ratings, persistence
 and input checks."""
 from __future__ import annotations
 
@@ -12,16 +12,19 @@ import torch
 
 from mogp_surprise.core import MWGPConfig, MWGPPosterior, fit_mwgp
 from mogp_surprise.core.foldin import FoldedUser, fold_in, fold_in_many, fold_in_objective
-from mogp_surprise.core.laplace import level_variances
-from mogp_surprise.core.recommend import top_n
+from mogp_surprise.core.laplace import laplace_variances
 from mogp_surprise.core.objective import elbo
-from tests.core._modules import random_module
+from mogp_surprise.core.recommend import top_n
+from mogp_surprise.core.rows import Batch
+from mogp_surprise.core.user_objective import FoldInContext
+from tests.core._modules import fitted, population, random_module
 
 JITTER = 1e-8
 EMB_REG, BIAS_REG, MF_REG = 3.0, 2.0, 5.0
 RATING_MEAN, RATING_STD = 3.2, 1.3
 LEVELS, R, M = (6, 9), 2, 5
 USER, ITEMS = 5, np.array([0, 2, 3, 7, 8])  # the user the exact tests fold in, and their items
+INPUT, BIAS, FACTOR, OFFSET = "gp_input.embedding_0", "bias.bias_0", "bilinear.factor_0", "noise_offset.offset_0"
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/core/conftest.py
@@ -35,81 +38,70 @@ def _random_model(heteroscedastic: bool, implicit: bool, use_biases: bool = True
                          torch.randint(0, LEVELS[1], (40,), generator=gen)], 1)
     index = torch.cat([index, torch.stack([torch.full((len(ITEMS),), USER), torch.as_tensor(ITEMS)], 1)])
     mod = random_module(LEVELS, R, M, seed=3, scale=0.6, q_diag=1.0, heteroscedastic=heteroscedastic,
-                        implicit=implicit, use_biases=use_biases, mf_rank=mf_rank)
+                        implicit=implicit, use_biases=use_biases, mf_rank=mf_rank, embedding_reg=EMB_REG,
+                        bias_reg=BIAS_REG, mf_reg=MF_REG)
     mod.set_implicit_graph(index)
-    post = MWGPPosterior.from_module(mod, RATING_MEAN, RATING_STD, JITTER, embedding_reg=EMB_REG, bias_reg=BIAS_REG,
-                                     mf_reg=MF_REG)
-    return mod, post
+    return mod, MWGPPosterior.from_module(mod, RATING_MEAN, RATING_STD, JITTER)
 
 
-def _set_user(mod, a, b, mu, logvar, p=None) -> None:
+def _user_tables(mod) -> dict[str, torch.nn.Parameter]:
+    """The user tables of every term, keyed like a FoldedUser's rows."""
+    return {f"{term.name}.{spec.name}": term.table(spec.name) for term in mod.terms for spec in term.user_tables}
+
+
+def _set_user(mod, rows: dict) -> None:
     with torch.no_grad():
-        mod.embeddings[0][USER] = torch.as_tensor(a)
-        if mod.mf_rank:
-            mod.mf_factors[0][USER] = torch.as_tensor(p)
-        if mod.use_biases:
-            mod.biases[0][USER] = float(b)
-        if mod.heteroscedastic:
-            mod.noise_offset_mean[0][USER] = float(mu)
-            mod.noise_offset_logvar[0][USER] = float(logvar)
+        for key, table in _user_tables(mod).items():
+            table[USER] = torch.as_tensor(rows[key], dtype=table.dtype)
 
 
 def _user_elbo(mod, y: torch.Tensor) -> torch.Tensor:
     """The training ELBO, full batch over exactly USER's ratings (scale N / B = 1), with the priors."""
     index = torch.stack([torch.full((len(ITEMS),), USER), torch.as_tensor(ITEMS)], 1)
-    return elbo(mod, index, y, n_data=len(ITEMS), jitter=JITTER, embedding_reg=EMB_REG, bias_reg=BIAS_REG,
-                    mf_reg=MF_REG)
+    return elbo(mod, Batch(index), y, n_data=len(ITEMS), jitter=JITTER, priors=True)
 
 
-def _user_params(mod) -> list[torch.Tensor]:
-    return [mod.embeddings[0], *([mod.biases[0]] if mod.use_biases else []),
-            *([mod.noise_offset_mean[0], mod.noise_offset_logvar[0]] if mod.heteroscedastic else []),
-            *([mod.mf_factors[0]] if mod.mf_rank else [])]
+def _implicit(post, term: str, items) -> np.ndarray:
+    """The implicit part |J|^(-1/2) sum_j y_j of a user's row of a term's table (zeros without it)."""
+    fitted_term = post.term(term)
+    if fitted_term is None or "implicit_0" not in fitted_term.tables:
+        width = {"gp_input": R, "bilinear": post.mf_rank}[term]
+        return np.zeros(width)
+    rated = np.unique(items)
+    return (fitted_term.tables["implicit_0"].values[rated].sum(0) / np.sqrt(len(rated))).numpy()
 
 
 # (heteroscedastic, implicit, use_biases, mf_rank)
-def _implicit_mf(post, items) -> np.ndarray:
-    """The implicit part |J|^(-1/2) sum_j y'_j of a user's bilinear factor (zeros without it)."""
-    y_mf = post.foldin["item_mf_implicit"]
-    if y_mf is None:
-        return np.zeros(post.mf_rank)
-    return (y_mf[np.unique(items)].sum(0) / np.sqrt(len(np.unique(items)))).numpy()
-
-
 VARIANTS = [(True, True, True, 2), (True, False, True, 0), (False, True, True, 3), (False, False, False, 2)]
 
 
 @pytest.mark.parametrize("heteroscedastic,implicit,use_biases,mf_rank", VARIANTS)
 def test_objective_gradient_and_differences_match_the_training_elbo(heteroscedastic, implicit, use_biases,
                                                                     mf_rank) -> None:
-    """At random user parameters the gradient of the fold-in objective w.r.t. (a_u, b_u, mu, log v, p_u) is that
-    of objective.elbo w.r.t. the user's rows (autograd), and differences of the two agree (the rest of the ELBO
-    is constant in the user's parameters)."""
+    """At random user rows the gradient of the fold-in objective w.r.t. every user row (a_u, b_u, [mu, log v],
+    p_u) is that of objective.elbo w.r.t. the user's rows (autograd), and differences of the two agree (the rest
+    of the ELBO is constant in the user's parameters)."""
     mod, post = _random_model(heteroscedastic, implicit, use_biases, mf_rank)
+    tables = _user_tables(mod)
+    assert set(tables) == {INPUT, *([BIAS] if use_biases else []), *([OFFSET] if heteroscedastic else []),
+                           *([FACTOR] if mf_rank else [])}
     gen = torch.Generator().manual_seed(1)
     y = torch.randn(len(ITEMS), generator=gen, dtype=torch.float64)
     ratings = (RATING_MEAN + RATING_STD * y).numpy()
     values = []
     for trial in range(2):
-        theta = torch.randn(R + 3 + mf_rank, generator=gen, dtype=torch.float64) * 0.8
-        a, b, mu, lv, p = (t.clone().requires_grad_(True) for t in (theta[:R], *theta[R:R + 3], theta[R + 3:]))
-        obj = fold_in_objective(post, ITEMS, ratings, a, b, mu, lv, prior="model", mf_factor=p)
-        ours = torch.autograd.grad(obj, [a, b, mu, lv, p], allow_unused=True)
-        _set_user(mod, theta[:R], theta[R], theta[R + 1], theta[R + 2], theta[R + 3:])
-        elbo = _user_elbo(mod, y)
-        params = _user_params(mod)
-        theirs = [g[USER] for g in torch.autograd.grad(elbo, params)]
-        np.testing.assert_allclose(ours[0].numpy(), theirs[0].numpy(), rtol=1e-9, atol=1e-12)
+        rows = {key: (torch.randn(t.shape[1:], generator=gen, dtype=torch.float64) * 0.8).requires_grad_(True)
+                for key, t in tables.items()}
+        obj = fold_in_objective(post, ITEMS, ratings, rows, prior="model")
+        ours = torch.autograd.grad(obj, list(rows.values()))
+        _set_user(mod, {k: v.detach() for k, v in rows.items()})
+        value = _user_elbo(mod, y)
+        theirs = [g[USER] for g in torch.autograd.grad(value, list(tables.values()))]
+        for key, mine, want in zip(rows, ours, theirs):
+            np.testing.assert_allclose(mine.numpy(), want.numpy(), rtol=1e-9, atol=1e-12, err_msg=key)
         if mf_rank:
-            np.testing.assert_allclose(ours[4].numpy(), theirs[-1].numpy(), rtol=1e-9, atol=1e-12)
-            assert float(ours[4].abs().max()) > 1e-3  # the bilinear factor does enter the objective
-        rest = [g for g, used in zip(ours[1:4], (use_biases, heteroscedastic, heteroscedastic)) if used]
-        for mine, want in zip(rest, theirs[1:]):
-            assert float(mine) == pytest.approx(float(want), rel=1e-9, abs=1e-12)
-        for g, used in zip(ours[1:4], (use_biases, heteroscedastic, heteroscedastic)):
-            if not used:  # parameters the model does not have do not enter the objective
-                assert g is None or float(g) == 0.0
-        values.append((float(obj.detach()), float(elbo.detach())))
+            assert float(ours[list(rows).index(FACTOR)].abs().max()) > 1e-3  # the factor does enter the objective
+        values.append((float(obj.detach()), float(value.detach())))
     assert values[0][0] - values[1][0] == pytest.approx(values[0][1] - values[1][1], rel=1e-10, abs=1e-10)
 
 
@@ -117,53 +109,59 @@ def test_objective_gradient_and_differences_match_the_training_elbo(heteroscedas
 def test_fold_in_reaches_a_stationary_point_with_the_laplace_variances_of_trained_users(
         heteroscedastic, implicit, use_biases, mf_rank) -> None:
     """fold_in maximises the objective (the ELBO's gradient w.r.t. the user's rows vanishes at its result), and
-    its variances equal level_variances of a module holding the result as the user's parameters."""
+    its variances equal laplace_variances of a module holding the result as the user's parameters."""
     mod, post = _random_model(heteroscedastic, implicit, use_biases, mf_rank)
     y = torch.randn(len(ITEMS), generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     user = fold_in(post, ITEMS, (RATING_MEAN + RATING_STD * y).numpy(), tol=1e-10, prior="model")
     assert isinstance(user, FoldedUser) and user.n_ratings == len(ITEMS) and not user.cold
-    _set_user(mod, user.embedding, user.bias, user.noise_offset_mean, np.log(max(user.noise_offset_var, 1e-300)),
-              user.mf_factor_raw)
-    assert user.mf_factor.shape == user.mf_factor_var.shape == user.mf_factor_raw.shape == (mf_rank,)
-    np.testing.assert_allclose(user.mf_factor, user.mf_factor_raw + _implicit_mf(post, ITEMS), rtol=1e-12)
-    np.testing.assert_allclose(mod.input_tables()[0][0][USER].detach().numpy(), user.input, rtol=1e-12, atol=1e-14)
-    grads = torch.autograd.grad(_user_elbo(mod, y), _user_params(mod))
+    _set_user(mod, user.raw)
+    for key, term in ((INPUT, "gp_input"), (FACTOR, "bilinear")):
+        if key in user.rows:  # the effective row is the raw row plus the implicit sum over the rated items
+            np.testing.assert_allclose(user.rows[key], user.raw[key] + _implicit(post, term, ITEMS), rtol=1e-12)
+    effective = mod.effective_tables()
+    np.testing.assert_allclose(effective[("gp_input", "embedding_0")][USER].detach().numpy(), user.rows[INPUT],
+                               rtol=1e-12, atol=1e-14)
+    grads = torch.autograd.grad(_user_elbo(mod, y), list(_user_tables(mod).values()))
     assert max(float(g[USER].abs().max()) for g in grads) < 1e-6
-    assert user.objective >= float(fold_in_objective(post, ITEMS, (RATING_MEAN + RATING_STD * y).numpy(),
-                                                     torch.zeros(R), prior="model"))  # better than the start
+    start = fold_in_objective(post, ITEMS, (RATING_MEAN + RATING_STD * y).numpy(), {INPUT: torch.zeros(R)},
+                              prior="model")
+    assert user.objective >= float(start)  # better than the start
     index = torch.stack([torch.full((len(ITEMS),), USER), torch.as_tensor(ITEMS)], 1)
-    input_var, bias_var, mf_var = level_variances(mod, index, JITTER, EMB_REG, BIAS_REG, mf_reg=MF_REG)
-    np.testing.assert_allclose(user.input_var, input_var[0][USER].numpy(), rtol=1e-10)
-    if mf_rank:
-        np.testing.assert_allclose(user.mf_factor_var, mf_var[0][USER].numpy(), rtol=1e-10)
-    assert user.bias_var == pytest.approx(float(bias_var[0][USER]), rel=1e-10)
+    variances = laplace_variances(mod, index, JITTER)
+    assert set(user.variances) == {k for k in (INPUT, BIAS, FACTOR) if k in user.rows}
+    for key, value in user.variances.items():
+        term, table = key.split(".")
+        np.testing.assert_allclose(value, variances[(term, table)][USER].numpy(), rtol=1e-10, err_msg=key)
+    # the full Gauss-Newton covariance of those entries: its diagonal is no larger than the diagonal approximation's
+    width = sum(w for _, w in user.layout)
+    assert user.covariance.shape == (width, width) and [k for k, _ in user.layout] == list(user.variances)
+    diagonal = np.concatenate([np.atleast_1d(user.variances[k]) for k, _ in user.layout])
+    assert (np.diag(user.covariance) >= diagonal * (1 - 1e-9)).all()
+    np.testing.assert_allclose(user.covariance, user.covariance.T, rtol=1e-10, atol=1e-14)
     if heteroscedastic:
-        assert user.noise_scale == pytest.approx(np.exp(user.noise_offset_mean + user.noise_offset_var / 2))
+        assert user.rows[OFFSET].shape == (2,) and np.array_equal(user.rows[OFFSET], user.raw[OFFSET])
     else:
-        assert (user.noise_scale, user.noise_offset_mean, user.noise_offset_var) == (1.0, 0.0, 0.0)
+        assert OFFSET not in user.rows
     if not use_biases:
-        assert (user.bias, user.bias_var) == (0.0, 0.0)
+        assert BIAS not in user.rows
 
 
 def test_predictions_of_a_folded_user_use_the_posterior_formulas() -> None:
-    """An appended user predicts exactly as a trained user with the same input, bias, noise scale and
-    variances would (checked by writing them into a copy's existing row)."""
+    """An appended user predicts exactly as a trained user with the same rows and variances would (checked by
+    writing them into a copy's existing row)."""
     mod, post = _random_model(True, True, mf_rank=2)
     every_pair = torch.stack([torch.arange(6).repeat(9), torch.arange(9).repeat_interleave(6)], 1)
-    level_vars = level_variances(mod, every_pair, JITTER, EMB_REG, BIAS_REG, mf_reg=MF_REG)
-    post = MWGPPosterior.from_module(mod, RATING_MEAN, RATING_STD, JITTER, level_variances=level_vars,
-                                     embedding_reg=EMB_REG, bias_reg=BIAS_REG, mf_reg=MF_REG)
+    post = MWGPPosterior.from_module(mod, RATING_MEAN, RATING_STD, JITTER,
+                                     laplace=laplace_variances(mod, every_pair, JITTER))
     user = fold_in(post, ITEMS[:3], [1.0, 4.0, 5.0])
     extended = post.with_extra_users([user])
     assert extended.n_levels == (LEVELS[0] + 1, LEVELS[1])
     same = MWGPPosterior.from_state_dict(copy.deepcopy(post.state_dict()))  # (tables share storage)
-    same.embeddings[0][0] = torch.as_tensor(user.input)
-    same.biases[0][0] = user.bias
-    same.noise_scales[0][0] = user.noise_scale
-    same.input_var[0][0] = torch.as_tensor(user.input_var)
-    same.level_bias_var[0][0] = user.bias_var
-    same.mf_factors[0][0] = torch.as_tensor(user.mf_factor)
-    same.mf_level_var[0][0] = torch.as_tensor(user.mf_factor_var)
+    for key, row in user.rows.items():
+        table = fitted(same, *key.split("."))
+        table.values[0] = torch.as_tensor(row)
+        if key in user.variances:
+            table.laplace_var[0] = torch.as_tensor(user.variances[key])
     items = np.arange(LEVELS[1])
     for include_noise in (True, False):
         got = extended.predict(np.stack([np.full(9, LEVELS[0]), items], 1), include_noise)
@@ -233,16 +231,21 @@ def test_refolding_trained_users_recovers_their_predictions(synthetic) -> None:
     assert np.mean(diff) < 0.15
     assert abs(np.mean(std_ratio) - 1) < 0.1
     # from the trained values: the objective can only go up
+    ctx = FoldInContext(post)
     for u in range(3):
         items, ratings = per_user[u]
-        start = fold_in_objective(post, items, ratings, torch.as_tensor(post.embeddings[0][u]) - torch.as_tensor(
-            post.foldin["item_implicit"][items]).sum(0) / np.sqrt(len(items)), post.biases[0][u],
-            post.foldin["noise_offset_mean"][0][u], post.foldin["noise_offset_logvar"][0][u],
-            mf_factor=post.mf_factors[0][u] - torch.as_tensor(_implicit_mf(post, items)))
+        data = ctx.user_data(items, (ratings - post.rating_mean) / post.rating_std)
+        trained = ctx.start(data, u)  # the trained user's raw rows
+        for block in ctx.blocks:  # (checked against the posterior's own tables and implicit factors)
+            term, table = block.key.split(".")
+            implicit = _implicit(post, term, items) if term in ("gp_input", "bilinear") else 0.0
+            np.testing.assert_allclose(block.of(trained).numpy(),
+                                       fitted(post, term, table).values[u].double().numpy() - implicit, rtol=1e-12)
+        start = ctx.objective(data, trained)
         warm = fold_in(post, items, ratings, init_user=u)
         assert warm.objective >= float(start) - 1e-9
-        np.testing.assert_allclose(fold_in(post, items, ratings, init_user=u, max_iter=1).input,
-                                   fold_in(post, items, ratings, init_user=u, max_iter=1).input)
+        np.testing.assert_allclose(fold_in(post, items, ratings, init_user=u, max_iter=1).rows[INPUT],
+                                   fold_in(post, items, ratings, init_user=u, max_iter=1).rows[INPUT])
     # a known user re-folded in place keeps their index; the other users are untouched
     replaced = post.with_replaced_users([4], [folded[4]])
     np.testing.assert_allclose(replaced.predict(_user_rows(4))[0], extended.predict(_user_rows(N_TRAIN_USERS + 4))[0],
@@ -254,9 +257,10 @@ def test_zero_ratings_give_exactly_the_cold_start_user(synthetic) -> None:
     post, per_user = synthetic
     empty = fold_in(post, np.array([], dtype=int), np.array([]))
     assert empty.cold and empty.n_ratings == 0 and empty.n_iter == 0
-    np.testing.assert_allclose(empty.input, post.emb_mean[0].numpy())  # the population prior's mean
-    np.testing.assert_allclose(empty.mf_factor, post.mf_mean[0].numpy())  # likewise for the bilinear factor
-    np.testing.assert_allclose(empty.mf_factor_var, post.mf_var[0].numpy())
+    # the population prior's mean and variance, for the GP input and the bilinear factor alike
+    np.testing.assert_allclose(empty.rows[INPUT], population(post, "gp_input", "embedding_0")[0].numpy())
+    np.testing.assert_allclose(empty.rows[FACTOR], population(post, "bilinear", "factor_0")[0].numpy())
+    np.testing.assert_allclose(empty.variances[FACTOR], population(post, "bilinear", "factor_0")[1].numpy())
     some = fold_in(post, *per_user[N_TRAIN_USERS])
     extended = post.with_extra_users([empty, some, empty])
     for include_noise in (True, False):
@@ -326,32 +330,15 @@ def test_state_round_trip_keeps_what_fold_in_needs_and_old_states_still_load(syn
     buffer.seek(0)
     loaded = MWGPPosterior.from_state_dict(torch.load(buffer, weights_only=True))
     got = fold_in(loaded, items, ratings)
-    for name in ("input", "input_var"):
-        np.testing.assert_array_equal(getattr(got, name), getattr(want, name))
-    assert (got.bias, got.noise_scale, got.objective) == (want.bias, want.noise_scale, want.objective)
+    for key in want.rows:
+        np.testing.assert_array_equal(got.rows[key], want.rows[key])
+    for key in want.variances:
+        np.testing.assert_array_equal(got.variances[key], want.variances[key])
+    assert got.objective == want.objective
     # float32 and back: fold-in still runs (in float64) and agrees to float32 round-off
     single = fold_in(post.to(dtype=torch.float32), items, ratings)
-    np.testing.assert_allclose(single.input, want.input, rtol=1e-4, atol=1e-5)
-    # a state written before fold-in existed loads and predicts as before; fold-in says why it cannot run
-    old = {k: v for k, v in post.state_dict().items() if k not in ("foldin", "cold_users")}
-    old_post = MWGPPosterior.from_state_dict(old)
-    np.testing.assert_array_equal(old_post.predict(_user_rows(3))[1], post.predict(_user_rows(3))[1])
-    assert old_post.foldin is None and old_post.cold_users is None
-    with pytest.raises(ValueError, match="saved before fold-in existed.*refit"):
-        fold_in(old_post, items, ratings)
-    # an old posterior can still take folded users from a new one (cold rows included)
-    assert old_post.with_extra_users([want]).n_levels[0] == N_TRAIN_USERS + 1
-
-
-def test_a_posterior_built_without_its_priors_refuses_fold_in() -> None:
-    mod, _ = _random_model(True, True)
-    post = MWGPPosterior.from_module(mod, RATING_MEAN, RATING_STD, JITTER)
-    with pytest.raises(ValueError, match="without its priors.*embedding_reg"):
-        fold_in(post, ITEMS, np.ones(len(ITEMS)))
-    mod, _ = _random_model(True, True, mf_rank=2)
-    post = MWGPPosterior.from_module(mod, RATING_MEAN, RATING_STD, JITTER, embedding_reg=EMB_REG, bias_reg=BIAS_REG)
-    with pytest.raises(ValueError, match="without its priors.*`mf_reg`"):
-        fold_in(post, ITEMS, np.ones(len(ITEMS)))
+    np.testing.assert_allclose(single.rows[INPUT], want.rows[INPUT], rtol=1e-4, atol=1e-5)
+    # (states of older formats, and those written before fold-in existed: test_migrations.py)
 
 
 def test_population_prior_is_on_the_effective_bilinear_factor() -> None:
@@ -362,23 +349,23 @@ def test_population_prior_is_on_the_effective_bilinear_factor() -> None:
     mod, post = _random_model(False, True, True, mf_rank=2)
     y = torch.randn(len(ITEMS), generator=torch.Generator().manual_seed(4), dtype=torch.float64)
     ratings = (RATING_MEAN + RATING_STD * y).numpy()
-    rated = np.unique(ITEMS)
-    implicit = (post.foldin["item_implicit"][rated].sum(0) / np.sqrt(len(rated))).double()
-    implicit_mf = torch.as_tensor(_implicit_mf(post, ITEMS))
+    implicit = torch.as_tensor(_implicit(post, "gp_input", ITEMS))
+    implicit_mf = torch.as_tensor(_implicit(post, "bilinear", ITEMS))
+    (x_mean, x_var), (b_mean, b_var), (p_mean, p_var) = (
+        population(post, term, name) for term, name in (("gp_input", "embedding_0"), ("bias", "bias_0"),
+                                                        ("bilinear", "factor_0")))
     gen = torch.Generator().manual_seed(5)
 
     def priors(a, b, p):
         x, pt = a + implicit, p + implicit_mf
-        pop = -0.5 * (((x - post.emb_mean[0]) ** 2 / post.emb_var[0]).sum()
-                      + (b - post.bias_mean[0]) ** 2 / post.bias_var[0]
-                      + ((pt - post.mf_mean[0]) ** 2 / post.mf_var[0]).sum())
+        pop = -0.5 * (((x - x_mean) ** 2 / x_var).sum() + (b - b_mean) ** 2 / b_var + ((pt - p_mean) ** 2 / p_var).sum())
         model = -0.5 * (EMB_REG * (a * a).sum() + BIAS_REG * b * b + MF_REG * (p * p).sum())
         return float(pop - model)
 
     points = [(torch.randn(R, generator=gen, dtype=torch.float64), torch.randn((), generator=gen, dtype=torch.float64),
                torch.randn(2, generator=gen, dtype=torch.float64)) for _ in range(2)]
-    obj = {prior: [float(fold_in_objective(post, ITEMS, ratings, a, b, prior=prior, mf_factor=p)) for a, b, p in points]
-           for prior in ("population", "model")}
+    obj = {prior: [float(fold_in_objective(post, ITEMS, ratings, {INPUT: a, BIAS: b, FACTOR: p}, prior=prior))
+                   for a, b, p in points] for prior in ("population", "model")}
     got = (obj["population"][0] - obj["model"][0]) - (obj["population"][1] - obj["model"][1])
     assert got == pytest.approx(priors(*points[0]) - priors(*points[1]), rel=1e-9)
 
@@ -423,13 +410,17 @@ def test_bad_arguments_are_refused_with_a_clear_message() -> None:
         post.with_extra_users([{"input": np.zeros(R)}])
     with pytest.raises(ValueError, match=r"`rows` must lie in \[0, 6\)"):
         post.with_replaced_users([6], [fold_in(post, ITEMS, np.ones(5))])
-    with pytest.raises(ValueError, match="latent dimension is 2"):
-        user = fold_in(post, ITEMS, np.ones(5))
-        post.with_extra_users([FoldedUser(**{**user.__dict__, "input": np.zeros(3)})])
+    user = fold_in(post, ITEMS, np.ones(5))
+    with pytest.raises(ValueError, match=r"no row of shape \(2,\) for 'gp_input.embedding_0'"):
+        post.with_extra_users([FoldedUser(**{**user.__dict__, "rows": {**user.rows, INPUT: np.zeros(3)}})])
+    with pytest.raises(ValueError, match="names .'no.such'., which this model does not have"):
+        fold_in_objective(post, ITEMS, np.ones(5), {"no.such": 0.0})
+    with pytest.raises(ValueError, match="must have 2 entries, got 3"):
+        fold_in_objective(post, ITEMS, np.ones(5), {INPUT: np.zeros(3)})
 
 
 def test_models_with_context_factors_are_refused() -> None:
     mod = random_module((4, 5, 3), R, M, seed=0, heteroscedastic=True)
-    post = MWGPPosterior.from_module(mod, 0.0, 1.0, JITTER, embedding_reg=1.0, bias_reg=1.0)
+    post = MWGPPosterior.from_module(mod, 0.0, 1.0, JITTER)
     with pytest.raises(ValueError, match="has 3 factors \\(context factors are not supported\\)"):
         fold_in(post, [0, 1], [1.0, 2.0])

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from mogp_surprise.core.initialization import INIT_SCALE, MF_INIT_SCALE, initialise, randomized_svd
-from mogp_surprise.core.model import MWGPModule
+from mogp_surprise.core.initialization import INIT_SCALE, initialise, randomized_svd
+from mogp_surprise.core.terms.bilinear import MF_INIT_SCALE
+from tests.core._modules import features, module, table
 
 N_USERS, N_ITEMS = 40, 30
 
@@ -46,31 +47,31 @@ def test_pca_start_reproduces_a_low_rank_rating_matrix() -> None:
     """The user and item embeddings' inner products are proportional to the centred ratings, each table is
     scaled to an overall std of INIT_SCALE with centred columns."""
     index, y, dense = _low_rank_ratings()
-    mod = MWGPModule((N_USERS, N_ITEMS), 2, 8).double()
+    mod = module((N_USERS, N_ITEMS), 2, 8).double()
     initialise(mod, index, y, "pca", torch.Generator().manual_seed(0))
-    a, b = (e.detach().numpy() for e in mod.embeddings)
+    a, b = (table(mod, "gp_input", f"embedding_{f}").detach().numpy() for f in range(2))
     product = a @ b.T
     scale = (product * dense).sum() / (dense * dense).sum()
     np.testing.assert_allclose(product, scale * dense, atol=1e-8 * np.abs(product).max())
-    for table in (a, b):
-        assert table.std(ddof=1) == pytest.approx(INIT_SCALE, rel=1e-10)  # torch.std: unbiased
-        np.testing.assert_allclose(table.mean(0), 0.0, atol=1e-12)
+    for values in (a, b):
+        assert values.std(ddof=1) == pytest.approx(INIT_SCALE, rel=1e-10)  # torch.std: unbiased
+        np.testing.assert_allclose(values.mean(0), 0.0, atol=1e-12)
 
 
 def test_initial_factors_inducing_points_and_lengthscales() -> None:
     index, y, _ = _low_rank_ratings()
     r, m = 3, 16
-    mod = MWGPModule((N_USERS, N_ITEMS), r, m, mf_rank=4).double()
+    mod = module((N_USERS, N_ITEMS), r, m, mf_rank=4).double()
     initialise(mod, index, y, "random", torch.Generator().manual_seed(2))
-    assert mod.mf_factors[0].abs().max() == 0  # p_u = 0: the mean function starts as the bias model
-    assert float(mod.mf_factors[1].detach().std()) == pytest.approx(MF_INIT_SCALE, rel=0.25)
-    assert float(mod.embeddings[0].detach().std()) == pytest.approx(INIT_SCALE, rel=0.2)
-    np.testing.assert_allclose(mod.lengthscale().detach().numpy(), INIT_SCALE * math.sqrt(2 * r), rtol=1e-12)
+    assert table(mod, "bilinear", "factor_0").abs().max() == 0  # p_u = 0: the mean function starts as the bias model
+    assert float(table(mod, "bilinear", "factor_1").detach().std()) == pytest.approx(MF_INIT_SCALE, rel=0.25)
+    assert float(table(mod, "gp_input", "embedding_0").detach().std()) == pytest.approx(INIT_SCALE, rel=0.2)
+    np.testing.assert_allclose(mod.gp.lengthscale().detach().numpy(), INIT_SCALE * math.sqrt(2 * r), rtol=1e-12)
     # every inducing point is a training tuple's GP input plus a little noise (0.05 * INIT_SCALE per entry)
-    features = mod.features(index).detach()
-    nearest = torch.cdist(mod.inducing.detach(), features).min(1).values
+    inducing = mod.gp.inducing.detach()
+    nearest = torch.cdist(inducing, features(mod, index).detach()).min(1).values
     assert float(nearest.max()) < 0.05 * INIT_SCALE * 5 * math.sqrt(2 * r)
-    assert float(torch.cdist(mod.inducing.detach(), mod.inducing.detach()).add(torch.eye(m)).min()) > 0
-    same = MWGPModule((N_USERS, N_ITEMS), r, m, mf_rank=4).double()
+    assert float(torch.cdist(inducing, inducing).add(torch.eye(m)).min()) > 0
+    same = module((N_USERS, N_ITEMS), r, m, mf_rank=4).double()
     initialise(same, index, y, "random", torch.Generator().manual_seed(2))
     assert all(torch.equal(p, q) for p, q in zip(mod.parameters(), same.parameters()))

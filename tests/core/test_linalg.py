@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from mogp_surprise.core import MWGPModule, MWGPNumericalWarning, MWGPPosterior, NumericalError
+from mogp_surprise.core import MWGPNumericalWarning, MWGPPosterior, NumericalError
+from tests.core._modules import module
 from mogp_surprise.core.kernels import paired_kernel
 from mogp_surprise.core.linalg import MAX_JITTER_STEPS, safe_cholesky
 
@@ -74,18 +75,18 @@ def test_non_finite_matrix_raises_numerical_error_without_retrying(bad: float) -
     assert "`lr`" in str(info.value)  # says what to change
 
 
-def _degenerate_module(monkeypatch) -> MWGPModule:
+def _degenerate_module(monkeypatch):
     """A float64 module whose K_mm is exactly the all-ones matrix (singular).
 
     Duplicate-free random inducing points, but a huge lengthscale makes every kernel value
     exp(-~1e-20) == 1.0 exactly, and the outputscale is patched to exactly 1.0.
     """
     gen = torch.Generator().manual_seed(0)
-    mod = MWGPModule((3, 3), 2, 4).double()
+    mod = module((3, 3), 2, 4).double()
     with torch.no_grad():
-        mod.inducing.copy_(torch.randn(4, 4, generator=gen, dtype=torch.float64))
-    monkeypatch.setattr(mod, "lengthscale", lambda: torch.full((4,), 1e10, dtype=torch.float64))
-    monkeypatch.setattr(mod, "outputscale", lambda: torch.tensor(1.0, dtype=torch.float64))
+        mod.gp.inducing.copy_(torch.randn(4, 4, generator=gen, dtype=torch.float64))
+    monkeypatch.setattr(mod.gp, "lengthscale", lambda: torch.full((4,), 1e10, dtype=torch.float64))
+    monkeypatch.setattr(mod.gp, "outputscale", lambda: torch.tensor(1.0, dtype=torch.float64))
     return mod
 
 
@@ -94,7 +95,7 @@ def test_singular_kmm_in_model_warns_and_recovers(monkeypatch) -> None:
     # 1 + 1e-16 == 1 in float64: the first attempt factorises an exactly singular matrix;
     # by jitter 1e-13 the matrix is safely positive definite
     with pytest.warns(MWGPNumericalWarning, match="K_mm"):
-        terms = mod.whitened_terms(1e-16)
+        terms = mod.gp.whitened_terms(1e-16)
     assert torch.isfinite(terms.M).all() and torch.isfinite(terms.w).all()
     with pytest.warns(MWGPNumericalWarning, match="K_mm"):
         post = MWGPPosterior.from_module(mod, rating_mean=0.0, rating_std=1.0, jitter=1e-16)
@@ -108,7 +109,7 @@ def test_singular_kmm_in_model_with_hopeless_jitter_raises(monkeypatch) -> None:
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         with pytest.raises(NumericalError, match="reduce `n_inducing`"):
-            mod.whitened_terms(1e-20)
+            mod.gp.whitened_terms(1e-20)
     assert len(_numerical_warnings(record)) == MAX_JITTER_STEPS
 
 

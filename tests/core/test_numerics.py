@@ -53,7 +53,7 @@ def test_nan_loss_is_reported_with_advice(monkeypatch):
     index, y, n_levels = _data("synthetic-1..5")
 
     def broken(module, *args, **kwargs):
-        return torch.tensor(float("nan"), dtype=module.inducing.dtype, requires_grad=True)
+        return torch.tensor(float("nan"), dtype=module.dtype, requires_grad=True)
     monkeypatch.setattr(objective, "expected_log_lik", broken)
     with pytest.raises(NumericalError, match="lower `lr`"):
         fit_mwgp(index, y, n_levels, MWGPConfig(random_state=0, **QUICK))

@@ -9,9 +9,11 @@ import torch
 
 from mogp_surprise.core import MWGPConfig, fit_mwgp
 from mogp_surprise.core import optim
-from mogp_surprise.core.model import MWGPModule, sparse_gather
+from mogp_surprise.core.model import MWGPModule
 from mogp_surprise.core.objective import elbo
 from mogp_surprise.core.optim import TrainingOptimizer, uses_sparse_rows
+from mogp_surprise.core.rows import Batch, sparse_gather
+from tests.core._modules import module as build
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 PAPER = {"noise": "homoscedastic", "implicit": False}
@@ -19,7 +21,7 @@ CFG = MWGPConfig(**PAPER, mf_rank=2, embedding_reg=3.0, bias_reg=1.0, mf_reg=2.0
 
 
 def module(seed: int = 0) -> MWGPModule:
-    mod = MWGPModule((9, 6), 2, 4, mf_rank=2).double()
+    mod = build((9, 6), 2, 4, mf_rank=2, embedding_reg=3.0, bias_reg=1.0, mf_reg=2.0).double()
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in mod.parameters():
@@ -32,6 +34,12 @@ def batches(n_steps: int, size: int, seed: int = 1):
     for _ in range(n_steps):
         index = torch.stack([torch.randint(0, 9, (size,), generator=gen), torch.randint(0, 6, (size,), generator=gen)], 1)
         yield index, torch.randn(size, generator=gen, dtype=torch.float64)
+
+
+def _tables(mod: MWGPModule, kind: str) -> list:
+    """The users' and items' tables of one kind: "embedding", "factor" or "bias"."""
+    term = {"embedding": "gp_input", "factor": "bilinear", "bias": "bias"}[kind]
+    return [mod.term(term).table(f"{kind}_{f}") for f in range(2)]
 
 
 def test_sparse_gather_gives_the_rows_and_a_row_sparse_gradient():
@@ -52,14 +60,14 @@ def test_the_sparse_path_touches_only_the_minibatch_rows():
     before = copy.deepcopy(mod)
     index, y = next(batches(1, 4))
     opt.zero_grad()
-    (-elbo(mod, index, y, 100, 1e-6) / 100).backward()
+    (-elbo(mod, Batch(index, True), y, 100, 1e-6) / 100).backward()
     opt.step()
-    for f, (new, old) in enumerate(zip(mod.embeddings, before.embeddings)):
+    for f, (new, old) in enumerate(zip(_tables(mod, "embedding"), _tables(before, "embedding"))):
         moved = (new != old).any(1)
         assert set(torch.nonzero(moved).flatten().tolist()) == set(index[:, f].tolist())
-    for f, (new, old) in enumerate(zip(mod.biases, before.biases)):
+    for f, (new, old) in enumerate(zip(_tables(mod, "bias"), _tables(before, "bias"))):
         assert set(torch.nonzero(new != old).flatten().tolist()) == set(index[:, f].tolist())
-    assert not torch.equal(mod.inducing, before.inducing)  # dense parameters keep moving
+    assert not torch.equal(mod.gp.inducing, before.gp.inducing)  # dense parameters keep moving
 
 
 NO_NUMBA = "numba is not installed (pip install -e '.[numba]'): its kernel is not tested"
@@ -82,18 +90,17 @@ def test_row_adam_with_lazy_decay_matches_a_plain_reference_implementation(row_u
     mod, ref = module(), module()
     mod.sparse_rows = True
     opt = TrainingOptimizer(mod, CFG, n, 10, sparse=True)
-    dense_ref = torch.optim.Adam([p for name, p in ref.named_parameters()
-                                  if not name.startswith(("embeddings", "mf_factors", "biases"))], lr=lr)
-    tables = [*ref.embeddings, *ref.mf_factors, *ref.biases]
+    tables = [*_tables(ref, "embedding"), *_tables(ref, "factor"), *_tables(ref, "bias")]
+    dense_ref = torch.optim.Adam([p for p in ref.parameters() if all(p is not t for t in tables)], lr=lr)
     regs = [3.0, 3.0, 2.0, 2.0, 1.0, 1.0]
     state = [(torch.zeros_like(t), torch.zeros_like(t), torch.zeros(t.shape[0], dtype=torch.int64)) for t in tables]
     missed_more_than_one = False
     for step, (index, y) in enumerate(batches(4, 3), start=1):
         opt.zero_grad()
-        (-elbo(mod, index, y, n, 1e-6) / n).backward()
+        (-elbo(mod, Batch(index, True), y, n, 1e-6) / n).backward()
         opt.step()
         ref.zero_grad(set_to_none=True)
-        (-elbo(ref, index, y, n, 1e-6) / n).backward()
+        (-elbo(ref, Batch(index), y, n, 1e-6) / n).backward()
         dense_ref.step()
         with torch.no_grad():
             for k, (t, (m, v, last)) in enumerate(zip(tables, state)):
@@ -124,11 +131,11 @@ def test_when_every_row_is_touched_every_step_sparse_and_dense_adam_agree():
     for _ in range(5):
         for mod, opt in zip(mods, opts):
             opt.zero_grad()
-            (-elbo(mod, full, y, 500, 1e-6) / 500).backward()
+            (-elbo(mod, Batch(full, mod.sparse_rows), y, 500, 1e-6) / 500).backward()
             opt.step()
     for (name, a), (_, b) in zip(mods[0].named_parameters(), mods[1].named_parameters()):
         np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-9, atol=1e-12, err_msg=name)
-    assert not torch.equal(mods[0].embeddings[0], module(3).embeddings[0])
+    assert not torch.equal(_tables(mods[0], "embedding")[0], _tables(module(3), "embedding")[0])
 
 
 def test_sparse_rows_only_for_large_catalogues_without_implicit_feedback_or_per_level_noise(monkeypatch):

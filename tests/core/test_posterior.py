@@ -8,7 +8,7 @@ import torch
 
 from mogp_surprise.core.model import MWGPModule
 from mogp_surprise.core.posterior import MWGPPosterior
-from tests.core._modules import random_module
+from tests.core._modules import module, offsets, random_module
 
 JITTER = 1e-8
 N_USERS, N_ITEMS, R, M = 6, 5, 2, 7
@@ -17,14 +17,14 @@ RATING_MEAN, RATING_STD = 0.5, 2.0
 
 def _random_module(seed: int = 0, q_scale: float | None = None) -> MWGPModule:
     gen = torch.Generator().manual_seed(seed)
-    mod = MWGPModule((N_USERS, N_ITEMS), R, M, use_biases=True).double()
+    mod = module((N_USERS, N_ITEMS), R, M, use_biases=True).double()
     with torch.no_grad():
         for p in mod.parameters():
             p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64) * 0.7)
         if q_scale is None:
-            mod.q_sqrt.copy_(torch.tril(mod.q_sqrt) + 1.5 * torch.eye(M, dtype=torch.float64))
+            mod.gp.q_sqrt.copy_(torch.tril(mod.gp.q_sqrt) + 1.5 * torch.eye(M, dtype=torch.float64))
         else:  # tight q(v): S = q_scale^2 I
-            mod.q_sqrt.copy_(q_scale * torch.eye(M, dtype=torch.float64))
+            mod.gp.q_sqrt.copy_(q_scale * torch.eye(M, dtype=torch.float64))
     return mod
 
 
@@ -41,17 +41,17 @@ class _DenseReference:
 
     def __init__(self, mod: MWGPModule) -> None:
         det = {k: v.detach().numpy() for k, v in mod.named_parameters()}
-        self.a, self.b = det["embeddings.0"], det["embeddings.1"]
-        self.bias_a, self.bias_b = det["biases.0"], det["biases.1"]
+        self.a, self.b = det["terms.0.embedding_0"], det["terms.0.embedding_1"]
+        self.bias_a, self.bias_b = det["terms.1.bias_0"], det["terms.1.bias_1"]
         self.c = float(det["global_mean"])
-        self.z = det["inducing"]
-        self.ls = mod.lengthscale().detach().numpy()
-        self.s = float(mod.outputscale().detach())
-        self.noise = float(mod.noise().detach())
+        self.z = det["gp.inducing"]
+        self.ls = mod.gp.lengthscale().detach().numpy()
+        self.s = float(mod.gp.outputscale().detach())
+        self.noise = float(mod.noise_variance().detach())
         chol = np.linalg.cholesky(self.kern(self.z, self.z) + JITTER * np.eye(M))
         self.linv = np.linalg.inv(chol)
-        self.q_mean = det["q_mean"]
-        self.q_chol = np.tril(det["q_sqrt"])
+        self.q_mean = det["gp.q_mean"]
+        self.q_chol = np.tril(det["gp.q_sqrt"])
 
     def kern(self, x: np.ndarray, z: np.ndarray) -> np.ndarray:
         return self.s * np.exp(-0.5 * (((x[:, None, :] - z[None, :, :]) / self.ls) ** 2).sum(-1))
@@ -130,7 +130,7 @@ def test_include_noise_adds_noise_on_rating_scale() -> None:
     idx = _mixed_index()
     m_f, v_f = post.predict(idx, include_noise=False)
     m_y, v_y = post.predict(idx, include_noise=True)
-    expected_noise = float(mod.noise().detach()) * RATING_STD ** 2
+    expected_noise = float(mod.noise_variance().detach()) * RATING_STD ** 2
     assert post.noise_var == pytest.approx(expected_noise, rel=1e-12)
     np.testing.assert_array_equal(m_f, m_y)
     np.testing.assert_allclose(v_f + expected_noise, v_y, rtol=1e-12)
@@ -195,9 +195,8 @@ def test_heteroscedastic_noise_is_per_user_and_item_and_integrated_for_unseen_le
     _, var_f = post.predict(pairs, include_noise=False)
     noise = (var_y - var_f) / RATING_STD ** 2
     with torch.no_grad():
-        sigma2 = float(mod.noise())
-        scale = [torch.exp(m + 0.5 * torch.exp(lv)).numpy()
-                 for m, lv in zip(mod.noise_offset_mean, mod.noise_offset_logvar)]
+        sigma2 = float(mod.noise_variance())
+        scale = [torch.exp(m + 0.5 * torch.exp(lv)).numpy() for m, lv in (offsets(mod, f) for f in range(2))]
         unseen = [sc.mean() for sc in scale]  # E[e^s] over the mixture of the learned q(s)
     want = [sigma2 * (scale[0][u] if u >= 0 else unseen[0]) * (scale[1][i] if i >= 0 else unseen[1])
             for u, i in pairs]

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from mogp_surprise.core.model import MWGPModule
-from mogp_surprise.core.predictive import population
+from mogp_surprise.core.terms import Table, Term
+from tests.core._modules import population, table
 from tests.core.test_posterior import (N_ITEMS, RATING_MEAN, RATING_STD, _all_pairs, _DenseReference,
                                        _mf_module, _mixed_index, _post, _random_module)
 
@@ -81,13 +82,15 @@ def test_cold_start_matches_monte_carlo(user, item) -> None:
 def test_cold_start_uses_moment_matched_embedding_distribution() -> None:
     mod = _random_module(seed=4)
     post = _post(mod)
-    for f, emb in enumerate(mod.embeddings):
-        e = emb.detach()
-        np.testing.assert_allclose(post.emb_mean[f].numpy(), e.mean(0).numpy(), rtol=1e-12)
-        np.testing.assert_allclose(post.emb_var[f].numpy(), e.var(0, unbiased=False).numpy(), rtol=1e-12)
-        b = mod.biases[f].detach()
-        assert float(post.bias_mean[f]) == pytest.approx(float(b.mean()), rel=1e-12)
-        assert float(post.bias_var[f]) == pytest.approx(float(b.var(unbiased=False)), rel=1e-12)
+    for f in range(2):
+        e = table(mod, "gp_input", f"embedding_{f}").detach()
+        emb_mean, emb_var = population(post, "gp_input", f"embedding_{f}")
+        np.testing.assert_allclose(emb_mean.numpy(), e.mean(0).numpy(), rtol=1e-12)
+        np.testing.assert_allclose(emb_var.numpy(), e.var(0, unbiased=False).numpy(), rtol=1e-12)
+        b = table(mod, "bias", f"bias_{f}").detach()
+        bias_mean, bias_var = population(post, "bias", f"bias_{f}")
+        assert float(bias_mean) == pytest.approx(float(b.mean()), rel=1e-12)
+        assert float(bias_var) == pytest.approx(float(b.var(unbiased=False)), rel=1e-12)
 
 
 def test_unknown_user_is_more_uncertain_than_known_pairs_when_q_is_tight() -> None:
@@ -121,7 +124,7 @@ def test_bilinear_term_enters_the_mean_of_known_pairs_and_is_integrated_for_unse
     mod = _mf_module()
     post = _post(mod)
     ref = _DenseReference(mod)
-    P, Q = (t.detach().numpy() for t in mod.mf_factors)
+    P, Q = (table(mod, "bilinear", f"factor_{f}").detach().numpy() for f in range(2))
     pairs = _all_pairs()
     u, i = pairs[:, 0], pairs[:, 1]
     mean, var = ref.moments(ref.a[u], ref.b[i], ref.bias_a[u] + ref.bias_b[i] + (P[u] * Q[i]).sum(1))
@@ -156,11 +159,12 @@ def test_population_is_the_spread_of_the_learned_values_plus_their_mean_laplace_
     tables = [torch.randn(6, 3, **f64), torch.randn(4, 3, **f64)]
     tables[1][:, 2] = 0.25  # no spread in one dimension
     laplace = [torch.rand(6, 3, **f64), torch.rand(4, 3, **f64)]
-    mean, var = population(tables, None, floor=1e-3)
+    term = Term.__new__(Term)  # the default population of any term's table (no term needed to hold it)
+    spec = Table("t", 0, 3, population_floor=1e-3)
     for f, t in enumerate(tables):
-        np.testing.assert_allclose(mean[f].numpy(), t.numpy().mean(0), rtol=1e-12)
-        np.testing.assert_allclose(var[f].numpy(), np.maximum(t.numpy().var(0), 1e-3), rtol=1e-12)
-    _, total = population(tables, laplace, floor=1e-3)
-    for f, t in enumerate(tables):
+        mean, var = Term.population(term, spec, t, None)
+        np.testing.assert_allclose(mean.numpy(), t.numpy().mean(0), rtol=1e-12)
+        np.testing.assert_allclose(var.numpy(), np.maximum(t.numpy().var(0), 1e-3), rtol=1e-12)
+        _, total = Term.population(term, spec, t, laplace[f])
         want = np.maximum(t.numpy().var(0), 1e-3) + laplace[f].numpy().mean(0)
-        np.testing.assert_allclose(total[f].numpy(), want, rtol=1e-12)
+        np.testing.assert_allclose(total.numpy(), want, rtol=1e-12)

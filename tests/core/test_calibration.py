@@ -1,4 +1,4 @@
-"""Cold-start calibration (mogp_surprise.core.predictive.cold_start_scales).
+"""Cold-start calibration (mogp_surprise.core.calibration.cold_start_scales).
 
 The factors are checked against the formula written out with numpy from the posterior's public
 ``predict`` (rating units: every term of the ratio scales by rating_std^2 alike), their use in the
@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-import mogp_surprise.core.predictive as predictive
+import mogp_surprise.core.calibration as calibration
 from mogp_surprise.core import MWGPConfig, fit_mwgp
+from mogp_surprise.core.calibration import _distinct_rows, cold_start_scales
 from mogp_surprise.core.posterior import MWGPPosterior
-from mogp_surprise.core.predictive import _distinct_rows, cold_start_scales
 from tests.core.test_posterior import N_ITEMS, N_USERS, RATING_MEAN, RATING_STD, _het_module, _post
 
 
@@ -24,6 +24,11 @@ def _training_data(seed: int, noise: float) -> tuple[np.ndarray, np.ndarray, lis
     ratings = RATING_MEAN + RATING_STD * rng.normal(0.0, noise, 60)
     bias_var = [torch.as_tensor(rng.uniform(0.0, 0.3, n)) for n in (N_USERS, N_ITEMS)]
     return index, ratings, bias_var
+
+
+def _laplace(bias_var: list[torch.Tensor]) -> dict:
+    """The Laplace variances as the fit gives them: only the biases' enter the leverage."""
+    return {("bias", f"bias_{f}"): v for f, v in enumerate(bias_var)}
 
 
 def _reference(post: MWGPPosterior, index: np.ndarray, ratings: np.ndarray, bias_var) -> list[float]:
@@ -40,7 +45,7 @@ def _reference(post: MWGPPosterior, index: np.ndarray, ratings: np.ndarray, bias
                 h += bias_var[f].numpy()[index[:, f]] / known_noise
         mean, var_y = post.predict(pattern)
         _, var_f = post.predict(pattern, include_noise=False)
-        resid = (ratings - mean) / (1.0 - np.minimum(h, predictive.MAX_LEVERAGE))
+        resid = (ratings - mean) / (1.0 - np.minimum(h, calibration.MAX_LEVERAGE))
         out.append(max(1.0, ((resid ** 2).sum() - (var_y - var_f).sum()) / var_f.sum()))
     return out
 
@@ -49,7 +54,7 @@ def _reference(post: MWGPPosterior, index: np.ndarray, ratings: np.ndarray, bias
 def test_scales_follow_the_written_out_leave_one_out_ratio(noise) -> None:
     post = _post(_het_module())
     index, ratings, bias_var = _training_data(0, noise)
-    scales = cold_start_scales(post, index, ratings, bias_var).numpy()
+    scales = cold_start_scales(post, index, ratings, _laplace(bias_var)).numpy()
     want = _reference(post, index, ratings, bias_var)
     np.testing.assert_allclose(scales, want, rtol=1e-10)
     if noise > 1:
@@ -61,7 +66,7 @@ def test_scales_follow_the_written_out_leave_one_out_ratio(noise) -> None:
 def test_a_calibrated_posterior_scales_the_latent_variance_of_unseen_patterns_only() -> None:
     post = _post(_het_module())
     index, ratings, bias_var = _training_data(1, 3.0)
-    cal = post.with_cold_start_calibration(index, ratings, bias_var)
+    cal = post.with_cold_start_calibration(index, ratings, _laplace(bias_var))
     scales = cal.cold_scale.numpy()
     pairs = np.array([[0, 0], [3, 4], [-1, 2], [-1, 0], [2, -1], [-1, -1]])
     codes = (pairs[:, 0] < 0) * 1 + (pairs[:, 1] < 0) * 2
@@ -73,27 +78,29 @@ def test_a_calibrated_posterior_scales_the_latent_variance_of_unseen_patterns_on
     _, y1 = cal.predict(pairs)
     np.testing.assert_allclose(y1 - f1, y0 - f0, rtol=1e-12)  # the noise part is unchanged
     # a calibration of an already calibrated posterior divides its own factors out
-    again = cal.with_cold_start_calibration(index, ratings, bias_var)
+    again = cal.with_cold_start_calibration(index, ratings, _laplace(bias_var))
     np.testing.assert_allclose(again.cold_scale.numpy(), scales, rtol=1e-10)
 
 
-def test_scales_survive_conversion_saving_and_folded_users_and_old_states_load_uncalibrated() -> None:
+def test_scales_survive_conversion_saving_and_folded_users() -> None:
+    """(A state saved before the calibration existed loads uncalibrated: ``test_migrations.py``.)"""
     post = _post(_het_module())
     index, ratings, bias_var = _training_data(2, 3.0)
-    cal = post.with_cold_start_calibration(index, ratings, bias_var)
+    cal = post.with_cold_start_calibration(index, ratings, _laplace(bias_var))
     assert (cal.cold_scale > 1).any()
-    for other in (MWGPPosterior.from_state_dict(cal.state_dict()), cal.to(dtype=torch.float32)):
+    from mogp_surprise.core.foldin import fold_in
+
+    folded = cal.with_extra_users([fold_in(cal, [1], [2.0])])
+    for other in (MWGPPosterior.from_state_dict(cal.state_dict()), cal.to(dtype=torch.float32), folded):
         np.testing.assert_allclose(other.cold_scale.double().numpy(), cal.cold_scale.numpy(), rtol=1e-6)
-    old = {k: v for k, v in cal.state_dict().items() if k != "cold_scale"}
-    np.testing.assert_array_equal(MWGPPosterior.from_state_dict(old).cold_scale.numpy(), np.ones(4))
 
 
 def test_many_rows_are_read_evenly_spaced(monkeypatch) -> None:
     post = _post(_het_module())
     index, ratings, bias_var = _training_data(3, 3.0)
-    monkeypatch.setattr(predictive, "CALIBRATION_ROWS", 25)
+    monkeypatch.setattr(calibration, "CALIBRATION_ROWS", 25)
     keep = np.linspace(0, len(index) - 1, 25).astype(np.int64)
-    np.testing.assert_allclose(cold_start_scales(post, index, ratings, bias_var).numpy(),
+    np.testing.assert_allclose(cold_start_scales(post, index, ratings, _laplace(bias_var)).numpy(),
                                _reference(post, index[keep], ratings[keep], bias_var), rtol=1e-10)
 
 

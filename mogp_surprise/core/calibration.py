@@ -1,0 +1,96 @@
+"""Cold-start calibration: the latent variance of unseen users and items matched on the training ratings.
+
+The population an unseen level is integrated over is built from point estimates and their Laplace
+variances, and training users' ratings helped fit the items they are predicted for; on MovieLens 100K
+held-out users' squared errors exceeded the cold-start variance by 0-36 % (five splits, 10 % of the
+users each) and held-out items' 90 % intervals covered 83-85 % of their ratings. So after training,
+every training rating is predicted as if its user (item, or both) were unseen, and the latent variance
+of each pattern of unseen factors is scaled by
+
+    c = max(1, (sum_n e_n^2 / (1 - h_n)^2 - sum_n E[sigma_n^2]) / sum_n Var[f_n])
+
+(e_n the residual from the pattern's mean; E[sigma_n^2] its noise). h_n = sum over the known levels
+of Var(b) / E[sigma_n^2] is the rating's leverage on the known level's bias-like values (a term's
+``unit_mean_tables``: the Laplace variance of such a value is the inverse of its precision, which each
+rating adds lambda_n to), so e_n / (1 - h_n) approximates the residual the pattern would give had this
+rating been left out of training (leave-one-out). The scale only widens: the in-sample estimate is still
+optimistic.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .predictive import predictive_moments
+from .rows import distinct_rows
+
+#: rows of the training data that :func:`cold_start_scales` reads at most (evenly spaced beyond)
+CALIBRATION_ROWS = 1_000_000
+#: largest leverage h_n used (a level's bias variance is below each of its ratings' noise variance)
+MAX_LEVERAGE = 0.99
+
+
+@torch.no_grad()
+def cold_start_scales(post: Any, index: np.ndarray, ratings: np.ndarray, laplace: dict) -> Tensor:
+    """The factor for the latent variance of every pattern of unseen factors (module docstring), shape (2^F,).
+
+    Parameters
+    ----------
+    post : MWGPPosterior
+        The fitted posterior; its own ``cold_scale`` is divided out (the factors are those of its
+        uncalibrated moments).
+    index : int ndarray of shape (n, F)
+        The training tuples (inner indices), ratings on the original scale in ``ratings``.
+    laplace : dict
+        The Laplace variances of the fit (:func:`~.laplace.laplace_variances`), standardised units.
+
+    Returns
+    -------
+    Tensor
+        Entry p (bit f set: factor f unseen) scales that pattern's latent variance; entry 0 is 1.
+    """
+    n, n_factors = index.shape
+    if n > CALIBRATION_ROWS:  # the factors are ratios of sums: evenly spaced rows estimate them well
+        keep = np.linspace(0, n - 1, CALIBRATION_ROWS).astype(np.int64)
+        index, ratings = index[keep], ratings[keep]
+    idx = torch.as_tensor(index, dtype=torch.long, device=post.device)
+    y = torch.as_tensor((np.asarray(ratings, dtype=np.float64) - post.rating_mean) / post.rating_std,
+                        dtype=post.dtype, device=post.device)
+    state, psi = post.state, post.psi
+    noise = predictive_moments(state, psi, idx)[2]  # E[sigma_n^2] of the training ratings (standardised)
+    # each rating's leverage on the bias-like values of its level of every factor
+    leverage_of = [torch.zeros_like(y) for _ in range(n_factors)]
+    for fitted in state.terms:
+        for name in fitted.term.unit_mean_tables:
+            spec = fitted.spec(name)
+            variance = laplace.get((fitted.name, name))
+            if variance is not None:
+                leverage_of[spec.factor] = leverage_of[spec.factor] + variance.to(y)[idx[:, spec.factor]] / noise
+    scales = torch.ones(2 ** n_factors, dtype=post.dtype, device=post.device)
+    for pattern in range(1, 2 ** n_factors):
+        unseen = [f for f in range(n_factors) if pattern >> f & 1]
+        rows, inverse = _distinct_rows(np.where(np.isin(np.arange(n_factors), unseen), -1, index), post.n_levels)
+        rows_t = torch.as_tensor(rows, dtype=torch.long, device=post.device)
+        inverse_t = torch.as_tensor(inverse, dtype=torch.long, device=post.device)
+        mean, var, pattern_noise = predictive_moments(state, psi, rows_t)
+        var = var / state.cold_scale[pattern]
+        leverage = sum((leverage_of[f] for f in range(n_factors) if f not in unseen), torch.zeros_like(y))
+        resid = ((y - mean[inverse_t]) / (1.0 - leverage.clamp(0.0, MAX_LEVERAGE))).double()
+        spread = float((resid * resid).sum() - pattern_noise[inverse_t].double().sum())
+        scales[pattern] = max(1.0, spread / float(var[inverse_t].double().sum()))
+    return scales
+
+
+def _distinct_rows(index: np.ndarray, n_levels: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of an (n, F) index with -1 entries, and each row's place among them."""
+    try:  # one integer key per row: a 1-d unique is much faster than np.unique(axis=0)
+        keys = np.ravel_multi_index(tuple((index + 1).T), tuple(n + 1 for n in n_levels))
+    except ValueError:  # too many combinations for one integer
+        rows, inverse = np.unique(index, axis=0, return_inverse=True)
+        return rows, inverse.reshape(-1)
+    distinct, inverse = distinct_rows(torch.from_numpy(np.asarray(keys, dtype=np.int64)))
+    rows = np.stack(np.unravel_index(distinct.numpy(), tuple(n + 1 for n in n_levels)), 1) - 1
+    return rows, inverse.numpy()

@@ -1,0 +1,123 @@
+"""The rows of per-level tables that a minibatch reads, and their gradients (dense or row-sparse).
+
+:class:`Batch` is one minibatch's index tuples; every term table is read through :meth:`Batch.gather`,
+which gives the rows of the minibatch's levels with a dense gradient (:func:`gather_rows`) or, on the
+row-sparse path of large catalogues, a gradient that holds only those rows (:func:`sparse_gather`, for
+:class:`~.optim.RowAdam`). The distinct levels of each factor are found once per minibatch
+(:func:`distinct_rows`).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+
+class Batch:
+    """Index tuples (n, F) of one minibatch, and how the tables' rows are read for it (``sparse``: with
+    row-sparse gradients)."""
+
+    def __init__(self, index: Tensor, sparse: bool = False) -> None:
+        self.index = index
+        self.sparse = sparse
+        self._levels: dict[int, tuple[Tensor, Tensor]] = {}
+
+    @property
+    def n(self) -> int:
+        return int(self.index.shape[0])
+
+    def levels(self, factor: int) -> tuple[Tensor, Tensor]:
+        """The distinct levels of ``factor`` in this minibatch (sorted) and each rating's place among them."""
+        if factor not in self._levels:
+            self._levels[factor] = distinct_rows(self.index[:, factor])
+        return self._levels[factor]
+
+    def gather(self, table: Tensor, factor: int) -> Tensor:
+        """``table[index[:, factor]]``, differentiable in ``table`` (row-sparse gradient when ``sparse``)."""
+        if self.sparse:
+            return sparse_gather(table, *self.levels(factor))
+        return gather_rows(table, self.index[:, factor])
+
+
+def add_rows(n_rows: int, index: Tensor, values: Tensor) -> Tensor:
+    """``zeros(n_rows, ...).index_add_(0, index, values)``: the sum of ``values`` per destination row.
+
+    A 2-d sum is formed transposed (``index_add_`` along dim 1 of a (width, n_rows) buffer) and
+    returned transposed back (contiguous): the same sums, bit for bit, 3-9x faster on CPU (8,192 rows of
+    width 8 into 6,040: 43 vs 381 us on 2 cores, where row-wise ``index_add_``'s threads contend
+    for the same destination rows).
+    """
+    if values.dim() == 1:
+        return values.new_zeros(n_rows).index_add_(0, index, values)
+    return values.new_zeros((values.shape[1], n_rows)).index_add_(1, index, values.t()).t().contiguous()
+
+
+class _GatherRows(torch.autograd.Function):
+    """``table.index_select(0, index)`` whose backward is :func:`add_rows` (autograd's own backward
+    of ``index_select`` is row-wise ``index_add_``)."""
+
+    @staticmethod
+    def forward(ctx, table: Tensor, index: Tensor) -> Tensor:
+        ctx.save_for_backward(index)
+        ctx.n_rows = table.shape[0]
+        return table.index_select(0, index)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (index,) = ctx.saved_tensors
+        return add_rows(ctx.n_rows, index, grad), None
+
+
+def gather_rows(table: Tensor, index: Tensor) -> Tensor:
+    """``table[index]`` for a 1-d or 2-d table, differentiable in ``table`` (dense gradient)."""
+    if not torch.is_grad_enabled() or not table.requires_grad:
+        return table.index_select(0, index)
+    return _GatherRows.apply(table, index)
+
+
+def distinct_rows(index: Tensor) -> tuple[Tensor, Tensor]:
+    """``torch.unique(index, return_inverse=True)`` for non-negative indices.
+
+    On CPU by one numpy sort of ``index << b | position`` (b bits hold a position): the sorted keys
+    give the distinct rows in order and, through the positions, every entry's place among them. For a
+    minibatch's indices (8,192 of 1M rows) 82 us against 130 us for ``np.unique`` and 344 us for
+    ``torch.unique`` (2 threads).
+    """
+    n = index.shape[0]
+    bits = max(1, (n - 1).bit_length())
+    if index.device.type != "cpu" or n == 0 or int(index.max()) >= 1 << (62 - bits):
+        return torch.unique(index, return_inverse=True)
+    keys = np.sort((index.numpy().astype(np.int64, copy=False) << bits) | np.arange(n))
+    values = keys >> bits
+    first = np.empty(n, dtype=bool)
+    first[0] = True
+    np.not_equal(values[1:], values[:-1], out=first[1:])
+    inverse = np.empty(n, dtype=np.int64)
+    inverse[keys & ((1 << bits) - 1)] = torch.cumsum(torch.from_numpy(first), 0).numpy() - 1  # numpy's: 2x slower
+    return torch.from_numpy(values[first]).to(index.dtype), torch.from_numpy(inverse).to(index.dtype)
+
+
+class _Gather(torch.autograd.Function):
+    """``table[rows][inverse]`` (``rows`` distinct) whose gradient is a coalesced sparse COO tensor holding
+    only ``rows``."""
+
+    @staticmethod
+    def forward(ctx, table: Tensor, rows: Tensor, inverse: Tensor) -> Tensor:
+        ctx.save_for_backward(rows, inverse)
+        ctx.shape = table.shape
+        return table.index_select(0, rows).index_select(0, inverse)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        rows, inverse = ctx.saved_tensors
+        compact = add_rows(rows.shape[0], inverse, grad)
+        return torch.sparse_coo_tensor(rows.unsqueeze(0), compact, ctx.shape, is_coalesced=True,
+                                       check_invariants=False), None, None
+
+
+def sparse_gather(table: Tensor, rows: Tensor, inverse: Tensor | None = None) -> Tensor:
+    """``table[rows][inverse]`` (rows of a 1-d or 2-d table) with a row-sparse gradient for :class:`~.optim.RowAdam`;
+    without ``inverse``, ``table[rows]`` for any ``rows``."""
+    if inverse is None:
+        rows, inverse = distinct_rows(rows)
+    return _Gather.apply(table, rows, inverse)

@@ -1,0 +1,267 @@
+"""The component interface of MW-GP: one per-level model term, defined in one place.
+
+A *term* is a part of the model with values per level of a factor (each user, item or context
+level): the GP input of a level (its embedding, with implicit feedback), a bias, a bilinear factor,
+a log-noise offset. A term declares its **tables** (:class:`Table`: which factor indexes the rows,
+their width, their Gaussian prior, whether they get a Laplace variance, whether implicit feedback
+adds into them) and says, in :meth:`Term.combine`, how the rows of its tables gathered for a rating
+enter that rating's predictive (:class:`RatingParts`: the mean function and its variance, the GP
+input of each factor, the log-noise, a scale of the latent function).
+
+Everything else is done for every term alike, from its tables: training (the priors as weight decay,
+row-sparse updates of large tables, the data-parallel exchange of the rows a step touched), the
+Laplace variances (:mod:`..laplace`, one Gauss-Newton pass for every table), the population an unseen
+level is integrated over (:meth:`Term.population`), fold-in of a new user (the user's row of every
+user table is the fold-in parameter vector, :mod:`..foldin`), saving and loading (the fitted tables,
+:mod:`..state`). The same :meth:`Term.combine` serves training, prediction and fold-in: they differ
+only in where the rows come from (the trained parameters, the fitted tables or the population, the
+folded user's parameters).
+
+A term defined outside the package takes part once registered (:func:`register_term`) and named in
+``MWGPConfig(extra_terms=...)``; ``docs/architecture.md`` walks through an example.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+#: how fold-in's prior over a new user's parameters is chosen: the learned users' population, or the model's own
+PRIORS = ("population", "model")
+
+
+@dataclass(frozen=True)
+class Table:
+    """One table of per-level values of a term.
+
+    Attributes
+    ----------
+    name : str
+        Unique within its term, e.g. ``"embedding_0"``; a parameter and a saved field of that name.
+    factor : int
+        The factor whose levels index the rows (0: users, 1: items, 2...: context factors).
+    width : int
+        Entries per row; 0 for a 1-d table (one value per level).
+    prior_precision : float or None
+        Gaussian prior N(0, 1 / prior_precision) on every entry (MAP; applied as weight decay, lazily on
+        the row-sparse path). None: no Gaussian prior (a term's :meth:`Term.penalty` may add another).
+    laplace : bool
+        The effective rows get a diagonal Laplace (Gauss-Newton) variance after training; it enters a known
+        level's predictive variance and widens the population of unseen levels.
+    feeds : str or None
+        Implicit feedback: this table's rows are indexed by the levels of ``factor``, and the normalised sum
+        of the rows of the levels a level of the *other* factor rated adds into that level's row of the
+        table named ``feeds`` (SVD++-style). Such a table is trained but not used directly by
+        :meth:`Term.combine`.
+    population_floor : float
+        Smallest variance of the population of its rows (cold start).
+    """
+
+    name: str
+    factor: int
+    width: int
+    prior_precision: float | None = None
+    laplace: bool = False
+    feeds: str | None = None
+    population_floor: float = 0.0
+
+    def shape(self, n_levels: tuple[int, ...]) -> tuple[int, ...]:
+        rows = n_levels[self.factor]
+        return (rows, self.width) if self.width else (rows,)
+
+
+@dataclass
+class Rows:
+    """A term table's rows for n ratings: their values, their variance (None: point values) and whether they
+    stand for a level unseen in training (then ``value`` and ``var`` are the population's, for every row)."""
+
+    value: Tensor
+    var: Tensor | None = None
+    unseen: bool = False
+
+
+@dataclass
+class RatingParts:
+    """What the terms say about n ratings, in standardised units; :mod:`..predictive` turns it into the
+    predictive mean, latent variance and noise variance.
+
+    ``mean`` starts at the global mean and every term adds to it (:meth:`add_mean`); ``mean_var`` is the
+    variance of the mean function (None while every part is a point value); ``inputs[f]`` is the GP input
+    of factor f; ``log_noise`` is E[log sigma_n^2] (None: one noise variance, exp(``log_noise_base``)),
+    ``log_noise_var`` its variance; ``latent_log_scale`` the log of a factor on the latent function f
+    (None: 1).
+    """
+
+    mean: Tensor
+    log_noise_base: Tensor
+    inputs: list[Rows | None]
+    mean_var: Tensor | None = None
+    log_noise: Tensor | None = None
+    log_noise_var: Tensor | None = None
+    latent_log_scale: Tensor | None = None
+
+    @property
+    def n(self) -> int:
+        return int(self.mean.shape[0])
+
+    def add_mean(self, value: Tensor, var: Tensor | None = None) -> None:
+        self.mean = self.mean + value
+        if var is not None:
+            self.mean_var = var if self.mean_var is None else self.mean_var + var
+
+    def add_log_noise(self, mean: Tensor, var: Tensor) -> None:
+        """Add a log-noise offset with a Gaussian distribution N(mean, var) (per rating)."""
+        if self.log_noise is None:
+            self.log_noise, self.log_noise_var = self.log_noise_base + mean, var
+        else:
+            self.log_noise, self.log_noise_var = self.log_noise + mean, self.log_noise_var + var
+
+    def set_input(self, factor: int, rows: Rows) -> None:
+        self.inputs[factor] = rows
+
+    def add_latent_log_scale(self, value: Tensor) -> None:
+        self.latent_log_scale = value if self.latent_log_scale is None else self.latent_log_scale + value
+
+
+class Term(nn.Module):
+    """A per-level model term (module docstring). Subclasses set :attr:`name` and :attr:`order` and implement
+    :meth:`from_config`, :meth:`tables` and :meth:`combine`; the other methods have defaults.
+
+    ``options`` are the term's plain hyper-parameters (saved with the model); ``n_levels`` the number of
+    levels of every factor. With ``parameters=False`` the term is only a definition (a fitted model keeps
+    its values in :class:`~..state.FittedTerm`).
+    """
+
+    #: the name the term is registered, configured and saved under
+    name: ClassVar[str] = ""
+    #: terms are applied in increasing order (it fixes the order of the sums and of fold-in's parameters)
+    order: ClassVar[int] = 100
+    #: built-in terms are built whenever their configuration switches them on; others only when named in
+    #: ``MWGPConfig(extra_terms=...)``
+    builtin: ClassVar[bool] = False
+    #: width-0 tables whose rows enter the mean with weight 1: a rating's leverage on such a level's value is
+    #: its Laplace variance / the rating's noise variance (the cold-start calibration's leave-one-out step)
+    unit_mean_tables: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, n_levels: tuple[int, ...], options: dict[str, Any] | None = None,
+                 parameters: bool = True) -> None:
+        super().__init__()
+        self.n_levels = tuple(int(n) for n in n_levels)
+        self.options = dict(options or {})
+        self.specs: dict[str, Table] = {t.name: t for t in self.tables()}
+        if parameters:
+            for spec in self.specs.values():
+                self.register_parameter(spec.name, nn.Parameter(torch.zeros(spec.shape(self.n_levels))))
+
+    # -- what a term must define -------------------------------------------------------------------
+    @classmethod
+    def from_config(cls, config: Any, n_levels: tuple[int, ...]) -> "Term | None":
+        """The term for these hyper-parameters (an ``MWGPConfig``) and levels, or None when it is switched off."""
+        raise NotImplementedError
+
+    def tables(self) -> list[Table]:
+        """The term's tables (from ``self.options`` and ``self.n_levels``)."""
+        raise NotImplementedError
+
+    def combine(self, rows: dict[str, Rows], parts: RatingParts) -> None:
+        """Add the term's part of n ratings' predictive to ``parts``, from the rows of its tables (every table
+        but the implicit-feedback ones, ``rows[name]``, with implicit sums included)."""
+        raise NotImplementedError
+
+    # -- training ---------------------------------------------------------------------------------------
+    @property
+    def user_tables(self) -> list[Table]:
+        """The tables indexed by users (factor 0) that :meth:`combine` reads (fold-in's parameters)."""
+        return [t for t in self.specs.values() if t.factor == 0 and t.feeds is None]
+
+    @property
+    def direct_tables(self) -> list[Table]:
+        """The tables :meth:`combine` reads (all but the implicit-feedback tables)."""
+        return [t for t in self.specs.values() if t.feeds is None]
+
+    def table(self, name: str) -> nn.Parameter:
+        return getattr(self, name)
+
+    @torch.no_grad()
+    def initialise(self, init: Any) -> None:
+        """Random starting values (``init``: :class:`~..initialization.InitContext`); default: zeros."""
+
+    @torch.no_grad()
+    def initialise_from_data(self, init: Any) -> None:
+        """Starting values from the data, after every term's random ones (default: none)."""
+
+    def penalty(self) -> Tensor | None:
+        """Log-density terms of the ELBO beyond the Gaussian priors of the tables (e.g. -KL of a variational
+        posterior), over every level; None: none."""
+        return None
+
+    # -- after training -----------------------------------------------------------------------------------
+    def population(self, spec: Table, values: Tensor, laplace_var: Tensor | None) -> tuple[Tensor, Tensor]:
+        """Mean and variance of the distribution an unseen level's row is drawn from: the spread of the
+        learned rows (at least ``spec.population_floor``) plus their average Laplace variance (law of total
+        variance: point estimates are shrunk towards the prior, the population of true values is wider)."""
+        mean = values.mean(0)
+        var = values.var(0, unbiased=False).clamp_min(spec.population_floor)
+        if laplace_var is not None:
+            var = var + laplace_var.to(var).mean(0)
+        return mean, var
+
+    def fitted_extras(self) -> dict[str, Tensor]:
+        """Fitted values besides the tables that prediction or fold-in need (saved with the model)."""
+        return {}
+
+    # -- fold-in (one user's rows, everything else fixed) ---------------------------------------------------
+    def user_log_prior(self, spec: Table, raw: Tensor, effective: Tensor, prior: str, fitted: Any) -> Tensor | None:
+        """log p of a folded user's row of a user table (up to a constant); None: use the default.
+
+        The default (``Term.default_user_log_prior``): "population", N(population mean, variance) on the
+        effective row; "model", the table's N(0, 1 / prior_precision) on the raw row (none without one).
+        """
+        return None
+
+    def user_start(self, spec: Table, prior: str, fitted: Any) -> Tensor | None:
+        """The raw row a folded user starts from, implicit sum excluded; None: the default (the population
+        mean minus the user's implicit sum, or 0 under the model's prior)."""
+        return None
+
+    def user_prior_precision(self, spec: Table, prior: str, fitted: Any) -> Tensor | None:
+        """The precision of the prior on a folded user's effective row (its Laplace variance's start), per
+        entry; None where the prior is flat (then no Laplace variance is given)."""
+        if prior == "population":
+            _, var = fitted.tables[spec.name].population
+            return 1.0 / var.clamp_min(MIN_PRIOR_VAR)
+        if spec.prior_precision:
+            return torch.full((max(spec.width, 1),), float(spec.prior_precision), dtype=torch.float64)
+        return None
+
+    def default_user_log_prior(self, spec: Table, raw: Tensor, effective: Tensor, prior: str, fitted: Any) -> Tensor:
+        if prior == "population":
+            mean, var = fitted.tables[spec.name].population
+            d = effective - mean.to(effective)
+            return -0.5 * (d * d / var.to(effective).clamp_min(MIN_PRIOR_VAR)).sum()
+        if spec.prior_precision:
+            return -0.5 * spec.prior_precision * (raw * raw).sum()
+        return raw.new_zeros(())
+
+
+#: smallest variance of a fold-in population prior (a population without spread would fix the row)
+MIN_PRIOR_VAR = 1e-12
+
+# -- the registry ---------------------------------------------------------------------------------------
+_REGISTRY: dict[str, type[Term]] = {}
+
+
+def register_term(cls: type[Term]) -> type[Term]:
+    """Make a :class:`Term` subclass known under ``cls.name`` (usable as a class decorator). Built-in terms
+    register themselves; a term defined elsewhere is registered by importing its module, and used by naming
+    it in ``MWGPConfig(extra_terms=(name, ...))`` (a saved model that uses it loads once it is registered)."""
+    if not (isinstance(cls, type) and issubclass(cls, Term)) or not cls.name:
+        raise TypeError(f"register_term expects a Term subclass with a `name`, got {cls!r}")
+    known = _REGISTRY.get(cls.name)
+    if known is not None and (known.__module__, known.__qualname__) != (cls.__module__, cls.__qualname__):
+        raise ValueError(f"a model term named {cls.name!r} is already registered ({known.__module__}."
+                         f"{known.__qualname__})")
+    _REGISTRY[cls.name] = cls  # (the same class again, e.g. its module reloaded: the newer definition)
+    return cls
