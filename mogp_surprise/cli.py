@@ -290,7 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--folds", type=int, default=5, help="number of cross-validation folds")
     cmp_.add_argument("--algos", nargs="+", default=["mwgp", "svd", "svdpp"], choices=sorted(ALGORITHMS),
                       help="mwgp, mwgp_paper (the paper's model), svd (BiasedMF), svd8 (n_factors=8), svdpp, "
-                           "myfm (needs the myfm extra), bgplvm (the Bayesian GPLVM; needs the bgplvm extra)")
+                           "myfm (needs the myfm extra), myfm_flipped (myFM with implicit features on both sides; "
+                           "myfm extra), bgplvm (the Bayesian GPLVM; needs the bgplvm extra)")
     cmp_.add_argument("--out", default="results", help="output folder (tables, curves, PNG plots)")
     cmp_.add_argument("--seed", type=int, default=0, help="seed of the folds and of every algorithm")
     _data_options(cmp_)

@@ -71,6 +71,11 @@ def _myfm(seed: int, params: dict[str, Any]):
     return MyFMBaseline(random_state=seed)
 
 
+def _myfm_flipped(seed: int, params: dict[str, Any]):
+    from .myfm import MyFMFlippedBaseline
+    return MyFMFlippedBaseline(random_state=seed)
+
+
 def _bgplvm(seed: int, params: dict[str, Any]):
     """The Bayesian GPLVM with MW-GP's latent dimension, as in the paper's comparison."""
     from ..core.config import MWGPConfig
@@ -85,6 +90,8 @@ ALGORITHMS: dict[str, AlgoSpec] = {
     "svd8": AlgoSpec("BiasedMF r=8 (SVD n_factors=8)", "homoscedastic", _homoscedastic("SVD", n_factors=8)),
     "svdpp": AlgoSpec("SVD++ (Surprise SVDpp)", "homoscedastic", _homoscedastic("SVDpp", cache_ratings=True)),
     "myfm": AlgoSpec("Bayesian FM (myFM, rank 8)", "predictive", _myfm, _optional("myfm", "myfm_available")),
+    "myfm_flipped": AlgoSpec("myFM BFM flipped (rank 32 / 16, implicit)", "predictive", _myfm_flipped,
+                             _optional("myfm", "myfm_available")),
     "bgplvm": AlgoSpec("Bayesian GPLVM (GPyTorch)", "predictive", _bgplvm,
                        _optional("bgplvm", "gpytorch_available")),
 }
@@ -141,7 +148,8 @@ def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: i
     ----------
     dataset : surprise.Dataset
     algos : sequence of str
-        Keys of :data:`ALGORITHMS` (``mwgp``, ``mwgp_paper``, ``svd``, ``svd8``, ``svdpp``, ``myfm``, ``bgplvm``) or of ``extra_algos``.
+        Keys of :data:`ALGORITHMS` (``mwgp``, ``mwgp_paper``, ``svd``, ``svd8``, ``svdpp``, ``myfm``,
+        ``myfm_flipped``, ``bgplvm``) or of ``extra_algos``.
     n_folds : int, default=5
     random_state : int, default=0
         Seeds the folds and every algorithm.
