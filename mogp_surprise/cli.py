@@ -56,7 +56,8 @@ def _compare(args: argparse.Namespace) -> int:
     params = json.loads(args.params) if args.params else {}
     print(f"Data: {data.source}; {args.folds}-fold CV (seed {args.seed}); algorithms: {', '.join(args.algos)}")
     result = compare(data.surprise_dataset(), algos=args.algos, n_folds=args.folds, random_state=args.seed,
-                     mwgp_params=params, progress=not args.no_progress)
+                     mwgp_params=params, progress=not args.no_progress, rank_k=args.rank_k,
+                     rank_threshold=args.rank_threshold)
     if args.reuse:
         from .comparison import reuse_results
         result = reuse_results(result, args.reuse_from or args.out, args.reuse)
@@ -294,6 +295,10 @@ def build_parser() -> argparse.ArgumentParser:
                            "myfm extra), bgplvm (the Bayesian GPLVM; needs the bgplvm extra)")
     cmp_.add_argument("--out", default="results", help="output folder (tables, curves, PNG plots)")
     cmp_.add_argument("--seed", type=int, default=0, help="seed of the folds and of every algorithm")
+    cmp_.add_argument("--rank-k", type=int, default=10, metavar="K",
+                      help="top-K of the ranking metrics (precision@K, recall@K, NDCG@K of each user's test items)")
+    cmp_.add_argument("--rank-threshold", type=float, default=None, metavar="R",
+                      help="a test rating >= R is relevant (None: 3/4 of the way up the rating scale, 4 on 1-5)")
     _data_options(cmp_)
     cmp_.add_argument("--allow-synthetic", action="store_true", help="fall back to synthetic data if none found")
     cmp_.add_argument("--reuse", nargs="+", default=None, metavar="ALGO",
