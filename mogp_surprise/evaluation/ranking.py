@@ -56,7 +56,8 @@ def default_relevance_threshold(rating_scale: tuple[float, float]) -> float:
     """
     low, high = (float(v) for v in rating_scale)
     if not (math.isfinite(low) and math.isfinite(high) and low < high):
-        raise ValueError(f"`rating_scale` must be two finite numbers (low, high) with low < high; got {rating_scale!r}")
+        raise ValueError("`rating_scale` must be two finite numbers (low, high) with low < high; "
+                         f"got {rating_scale!r}")
     return low + RELEVANCE_POSITION * (high - low)
 
 
@@ -81,7 +82,7 @@ def _user_codes(users: object, n: int | None = None) -> np.ndarray:
     if arr.size == 0:
         raise ValueError("`users` must not be empty; got an array of shape (0,)")
     if n is not None and arr.size != n:
-        raise ValueError(f"`users` must have the length of `y_true` and `scores` ({n}); got {arr.size}")
+        raise ValueError(f"`users` must hold one id per score ({n}); got {arr.size}")
     codes, _ = pd.factorize(arr, use_na_sentinel=True)
     if (codes < 0).any():
         first = int(np.flatnonzero(codes < 0)[0])
@@ -144,7 +145,7 @@ def _per_user(codes: np.ndarray, y: np.ndarray, s: np.ndarray, k: int, threshold
 
     n_rel, n_rec, n_hit = count(relevant), count(recommended), count(relevant & recommended)
     gain = relevant.astype(np.float64) if relevance == "binary" else y
-    discount = 1.0 / np.log2(np.arange(k) + 2.0)
+    discount = 1.0 / np.log2(np.arange(min(k, codes.size)) + 2.0)  # positions stop at the number of rows
     dcg = np.bincount(codes[top], weights=gain[top] * discount[pos[top]], minlength=n_users)
     ideal_pos = _positions(codes, gain)
     best = ideal_pos < k
@@ -245,5 +246,6 @@ def ranking_report(users: object, y_true: object, scores: object, k: int = 10,
     """
     per_user = ranking_per_user(users, y_true, scores, k, threshold)
     k = int(k)
-    return {f"precision_at_{k}": float(per_user["precision"].mean()), f"recall_at_{k}": float(per_user["recall"].mean()),
+    return {f"precision_at_{k}": float(per_user["precision"].mean()),
+            f"recall_at_{k}": float(per_user["recall"].mean()),
             f"ndcg_at_{k}": float(per_user["ndcg"].mean()), "n_users": int(len(per_user))}

@@ -103,7 +103,7 @@ def test_ranking_report_and_the_default_threshold():
 
 
 BAD = [
-    (lambda: precision_recall_at_k(["a", "b"], [1, 2, 3], [1, 2, 3]), r"`users` must have the length.*\(3\); got 2"),
+    (lambda: precision_recall_at_k(["a", "b"], [1, 2, 3], [1, 2, 3]), r"`users` must hold one id per score \(3\); got 2"),
     (lambda: precision_recall_at_k(["a"] * 3, [1, 2, 3], [1, 2]), r"`y_true` and `scores` must have the same length"),
     (lambda: precision_recall_at_k(["a"], [1], [np.nan]), r"`scores` must be finite"),
     (lambda: precision_recall_at_k([], [], []), r"`y_true` must not be empty"),
