@@ -26,14 +26,17 @@ from _common import table, write_json  # noqa: E402
 
 from mogp_surprise.comparison import ALGORITHMS  # noqa: E402
 from mogp_surprise.comparison.data import load_or_synthesize, synthetic  # noqa: E402
+from mogp_surprise.evaluation import precision_recall_at_k, top_k_mask  # noqa: E402
 
 
 def ranked_metrics(frame: pd.DataFrame, score: np.ndarray, n: int) -> tuple[float, float]:
-    frame = frame.assign(score=score).sort_values(["user", "score"], ascending=[True, False], kind="stable")
-    top = frame.groupby("user", sort=False).head(n)
-    per_user = top.groupby("user").agg(precision=("rating", lambda r: np.mean(r >= 4)),
-                                       bad=("rating", lambda r: np.mean(r <= 2)))
-    return float(per_user["precision"].mean()), float(per_user["bad"].mean())
+    """Precision@n (every top-n item counts as recommended: the scores are not ratings) and bad picks@n
+    (share of the top n rated <= 2), averaged over users; ranking and ties as mogp_surprise.evaluation's."""
+    precision, _ = precision_recall_at_k(frame["user"], frame["rating"], score, k=n, threshold=4,
+                                         recommend_above_threshold=False)
+    top = frame[top_k_mask(frame["user"], score, k=n)]
+    bad = (top["rating"] <= 2).groupby(top["user"]).mean()
+    return precision, float(bad.mean())
 
 
 def strategy_rows(label: str, test: pd.DataFrame, mean: np.ndarray, std: np.ndarray, n: int,

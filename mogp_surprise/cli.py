@@ -56,7 +56,8 @@ def _compare(args: argparse.Namespace) -> int:
     params = json.loads(args.params) if args.params else {}
     print(f"Data: {data.source}; {args.folds}-fold CV (seed {args.seed}); algorithms: {', '.join(args.algos)}")
     result = compare(data.surprise_dataset(), algos=args.algos, n_folds=args.folds, random_state=args.seed,
-                     mwgp_params=params, progress=not args.no_progress)
+                     mwgp_params=params, progress=not args.no_progress, rank_k=args.rank_k,
+                     rank_threshold=args.rank_threshold)
     if args.reuse:
         from .comparison import reuse_results
         result = reuse_results(result, args.reuse_from or args.out, args.reuse)
@@ -290,9 +291,14 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--folds", type=int, default=5, help="number of cross-validation folds")
     cmp_.add_argument("--algos", nargs="+", default=["mwgp", "svd", "svdpp"], choices=sorted(ALGORITHMS),
                       help="mwgp, mwgp_paper (the paper's model), svd (BiasedMF), svd8 (n_factors=8), svdpp, "
-                           "myfm (needs the myfm extra), bgplvm (the Bayesian GPLVM; needs the bgplvm extra)")
+                           "myfm (needs the myfm extra), myfm_flipped (myFM with implicit features on both sides; "
+                           "myfm extra), bgplvm (the Bayesian GPLVM; needs the bgplvm extra)")
     cmp_.add_argument("--out", default="results", help="output folder (tables, curves, PNG plots)")
     cmp_.add_argument("--seed", type=int, default=0, help="seed of the folds and of every algorithm")
+    cmp_.add_argument("--rank-k", type=int, default=10, metavar="K",
+                      help="top-K of the ranking metrics (precision@K, recall@K, NDCG@K of each user's test items)")
+    cmp_.add_argument("--rank-threshold", type=float, default=None, metavar="R",
+                      help="a test rating >= R is relevant (None: 3/4 of the way up the rating scale, 4 on 1-5)")
     _data_options(cmp_)
     cmp_.add_argument("--allow-synthetic", action="store_true", help="fall back to synthetic data if none found")
     cmp_.add_argument("--reuse", nargs="+", default=None, metavar="ALGO",

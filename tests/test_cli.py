@@ -1,6 +1,7 @@
 """compare(), its saved results and plots, the CLI and the examples, end to end on tiny data."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -41,6 +42,21 @@ def test_cli_compare_and_qp_plot(tiny_ml100k, tmp_path, capsys):
     assert main(["qp-plot", str(out)]) == 0
     assert main(["qp-plot", str(tmp_path / "missing")]) == 2
     assert "does not hold comparison results" in capsys.readouterr().err
+
+
+def test_cli_compare_ranking_options_and_the_flipped_myfm(tiny_ml100k, tmp_path, capsys):
+    pytest.importorskip("myfm", reason="myFM is optional (pip install -e '.[myfm]')")
+    out = tmp_path / "res"
+    rc = main(["compare", "--dataset", "ml-100k", "--data-dir", str(tiny_ml100k), "--folds", "2",
+               "--algos", "myfm_flipped", "svd", "--rank-k", "5", "--rank-threshold", "3.5", "--out", str(out),
+               "--no-progress"])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "| myFM BFM flipped (rank 32 / 16, implicit) | predictive |" in printed
+    assert "| algorithm | precision@5 | recall@5 | NDCG@5 |" in printed and "relevant = true rating >= 3.5" in printed
+    folds = pd.read_csv(out / "folds.csv")
+    assert folds[["precision_at_5", "recall_at_5", "ndcg_at_5"]].notna().all().all()
+    assert json.loads((out / "results.json").read_text())["settings"]["rank_threshold"] == 3.5
 
 
 def test_cli_demo_on_data_and_without(tiny_ml100k, tmp_path, capsys, monkeypatch):

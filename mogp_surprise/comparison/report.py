@@ -6,6 +6,8 @@ into the same object (for ``mogp-surprise qp-plot DIR`` and for re-using slow ba
 from __future__ import annotations
 
 import json
+import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +19,19 @@ from .run import CompareResult
 _FILES = ("folds.csv", "curves.csv", "calibration.csv", "results.json")
 
 
+def _ranking_k(summary: pd.DataFrame, settings: dict[str, Any]) -> int | None:
+    """The k of the ranking columns (``precision_at_{k}_mean``), None for results written before them."""
+    found = [int(m.group(1)) for c in summary.columns if (m := re.fullmatch(r"precision_at_(\d+)_mean", c))]
+    k = settings.get("rank_k")
+    return k if k in found else (found[0] if found else None)
+
+
 def summary_markdown(summary: pd.DataFrame, settings: dict[str, Any]) -> str:
-    """Paper-style table: RMSE and MAE at q = 100/90/80 %, calibration, times (mean ± std over folds)."""
+    """Paper-style table: RMSE and MAE at q = 100/90/80 %, calibration, ranking metrics, times (mean ± std
+    over folds). An algorithm without a column (reused from results written before it existed) shows "—"."""
     def pm(row: pd.Series, col: str, digits: int = 4) -> str:
-        return f"{row[f'{col}_mean']:.{digits}f} ± {row[f'{col}_std']:.{digits}f}"
+        mean, std = row.get(f"{col}_mean", math.nan), row.get(f"{col}_std", math.nan)
+        return "—" if pd.isna(mean) else f"{mean:.{digits}f} ± {std:.{digits}f}"
 
     head1 = ("| algorithm | uncertainty | RMSE q=100% | RMSE q=90% | RMSE q=80% | MAE q=100% | MAE q=90% | "
              "MAE q=80% |")
@@ -34,6 +45,12 @@ def summary_markdown(summary: pd.DataFrame, settings: dict[str, Any]) -> str:
         lines.append(f"| {r['label']} | " + " | ".join(
             [pm(r, "nll"), pm(r, "crps"), pm(r, "coverage_50", 3), pm(r, "coverage_80", 3), pm(r, "coverage_90", 3),
              pm(r, "coverage_95", 3), pm(r, "sharpness", 3), pm(r, "fit_s", 1), pm(r, "test_s", 2)]) + " |")
+    k = _ranking_k(summary, settings)
+    if k is not None:
+        lines += ["", f"| algorithm | precision@{k} | recall@{k} | NDCG@{k} |", "|" + "---|" * 4]
+        for _, r in summary.iterrows():
+            lines.append(f"| {r['label']} | " + " | ".join(
+                pm(r, f"{m}_at_{k}") for m in ("precision", "recall", "ndcg")) + " |")
     lines += ["", f"Mean ± std over {settings['n_folds']} folds (Surprise KFold, shuffle, "
               f"random_state={settings['random_state']}); identical folds for every algorithm. "
               "q = share of test ratings kept, the most confident first (lowest predictive std). "
@@ -41,6 +58,13 @@ def summary_markdown(summary: pd.DataFrame, settings: dict[str, Any]) -> str:
               "its training ratings held out from a second fit: its QP curve carries no information (all stds "
               "tie; ties keep test-set order) and its "
               "NLL/CRPS/coverage use that single variance."]
+    if k is not None:
+        threshold = settings.get("rank_threshold")
+        relevant = f"rating >= {threshold:g}" if threshold is not None else "rating above the threshold"
+        lines[-1] += (f" Ranking: each user's test items ranked by the predicted mean; relevant = true {relevant}; "
+                      f"precision@{k} and recall@{k} as in Surprise's FAQ (recommended = in the top {k} and "
+                      f"predicted >= the threshold; 0 when undefined), NDCG@{k} with binary relevance; "
+                      "averaged over the users of each fold.")
     return "\n".join(lines) + "\n"
 
 

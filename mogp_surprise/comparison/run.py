@@ -1,8 +1,8 @@
 """The paper's experiment as a library function: several algorithms on identical CV folds.
 
 ``compare`` fits every algorithm on the same seeded Surprise ``KFold`` splits and collects, per
-fold, the QP curve (RMSE/MAE on the q most confident predictions), calibration metrics and
-timings, from each algorithm's predictive mean and variance as arrays (``predict_dist``); the
+fold, the QP curve (RMSE/MAE on the q most confident predictions), calibration metrics, ranking
+metrics of each user's test items (precision@k, recall@k, NDCG@k) and timings, from each algorithm's predictive mean and variance as arrays (``predict_dist``); the
 report (:mod:`.report`) writes the table and draws the plots from the result. Point-estimate
 baselines are wrapped in :class:`~.homoscedastic.HomoscedasticBaseline` so that NLL, CRPS and
 coverage can be compared; their rows say so.
@@ -24,6 +24,7 @@ from ..core.errors import check_int
 from ..evaluation import arrays_from_predictions, qp_curve, uncertainty_report
 from ..evaluation._validation import check_triplet
 from ..evaluation.metrics import calibration_curve
+from ..evaluation.ranking import default_relevance_threshold, ranking_report
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +72,11 @@ def _myfm(seed: int, params: dict[str, Any]):
     return MyFMBaseline(random_state=seed)
 
 
+def _myfm_flipped(seed: int, params: dict[str, Any]):
+    from .myfm import MyFMFlippedBaseline
+    return MyFMFlippedBaseline(random_state=seed)
+
+
 def _bgplvm(seed: int, params: dict[str, Any]):
     """The Bayesian GPLVM with MW-GP's latent dimension, as in the paper's comparison."""
     from ..core.config import MWGPConfig
@@ -85,6 +91,8 @@ ALGORITHMS: dict[str, AlgoSpec] = {
     "svd8": AlgoSpec("BiasedMF r=8 (SVD n_factors=8)", "homoscedastic", _homoscedastic("SVD", n_factors=8)),
     "svdpp": AlgoSpec("SVD++ (Surprise SVDpp)", "homoscedastic", _homoscedastic("SVDpp", cache_ratings=True)),
     "myfm": AlgoSpec("Bayesian FM (myFM, rank 8)", "predictive", _myfm, _optional("myfm", "myfm_available")),
+    "myfm_flipped": AlgoSpec("myFM BFM flipped (rank 32 / 16, implicit)", "predictive", _myfm_flipped,
+                             _optional("myfm", "myfm_available")),
     "bgplvm": AlgoSpec("Bayesian GPLVM (GPyTorch)", "predictive", _bgplvm,
                        _optional("bgplvm", "gpytorch_available")),
 }
@@ -134,14 +142,16 @@ def predictive_arrays(algo: Any, testset: list, rating_scale: tuple[float, float
 
 def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: int = 5, random_state: int = 0,
             mwgp_params: dict[str, Any] | None = None, progress: bool = False,
-            extra_algos: dict[str, AlgoSpec] | None = None) -> CompareResult:
+            extra_algos: dict[str, AlgoSpec] | None = None, rank_k: int = 10,
+            rank_threshold: float | None = None) -> CompareResult:
     """Run ``algos`` on identical seeded ``KFold`` splits of a Surprise ``dataset``.
 
     Parameters
     ----------
     dataset : surprise.Dataset
     algos : sequence of str
-        Keys of :data:`ALGORITHMS` (``mwgp``, ``mwgp_paper``, ``svd``, ``svd8``, ``svdpp``, ``myfm``, ``bgplvm``) or of ``extra_algos``.
+        Keys of :data:`ALGORITHMS` (``mwgp``, ``mwgp_paper``, ``svd``, ``svd8``, ``svdpp``, ``myfm``,
+        ``myfm_flipped``, ``bgplvm``) or of ``extra_algos``.
     n_folds : int, default=5
     random_state : int, default=0
         Seeds the folds and every algorithm.
@@ -153,6 +163,14 @@ def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: i
         Further algorithms; any Surprise algorithm whose predictions carry ``details["std"]``
         or ``details["var"]``, or that has ``predict_dist(testset)`` (wrap point estimators in
         ``HomoscedasticBaseline``).
+    rank_k : int, default=10
+        Length of the top list of the ranking metrics: each user's test items ranked by the
+        (clipped) predicted mean give ``precision_at_{k}``, ``recall_at_{k}`` (Surprise's FAQ
+        definitions) and ``ndcg_at_{k}`` (binary relevance), averaged over the fold's users
+        (:func:`mogp_surprise.evaluation.ranking_report`).
+    rank_threshold : float, optional
+        A test rating ``>= rank_threshold`` is relevant. None: 3/4 of the way up the data set's
+        rating scale (:func:`~mogp_surprise.evaluation.default_relevance_threshold`): 4 on 1-5.
     """
     from surprise.model_selection import KFold
 
@@ -164,6 +182,9 @@ def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: i
     if absent:  # say so before any fit, not after hours of the others
         raise ImportError("; ".join(absent))
     check_int("n_folds", n_folds, 2)
+    check_int("rank_k", rank_k, 1)
+    if rank_threshold is None:
+        rank_threshold = default_relevance_threshold(dataset.reader.rating_scale)
     params = dict(mwgp_params or {})
     rows: list[dict[str, Any]] = []
     curves: dict[str, list[pd.DataFrame]] = {a: [] for a in algos}
@@ -190,6 +211,8 @@ def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: i
             report = uncertainty_report(y, mean, std)
             row.update({k: float(report[k]) for k in ("nll", "crps", "coverage_50", "coverage_80", "coverage_90",
                                                          "coverage_95", "sharpness")})
+            ranking = ranking_report([t[0] for t in testset], y, mean, k=rank_k, threshold=rank_threshold)
+            row.update({k: v for k, v in ranking.items() if k != "n_users"})
             row.update(fit_s=fit_s, test_s=test_s, n_test=len(y))
             rows.append(row)
             logger.info("fold %d %s: rmse %.4f (fit %.1f s)", fold + 1, key, row["rmse_q100"], fit_s)
@@ -197,7 +220,7 @@ def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: i
     bar.close()
     calibration = {key: calibration_curve(*np.concatenate(parts, axis=1)) for key, parts in pooled.items()}
     settings = {"n_folds": n_folds, "random_state": random_state, "algos": list(algos), "mwgp_params": params,
-                "qp_quantiles": QP_QUANTILES}
+                "qp_quantiles": QP_QUANTILES, "rank_k": rank_k, "rank_threshold": float(rank_threshold)}
     return CompareResult(pd.DataFrame(rows), curves, calibration, settings)
 
 
@@ -208,7 +231,8 @@ def reuse_results(result: CompareResult, previous: CompareResult | str | Path, a
     For adding or re-running one algorithm without re-fitting slow baselines (SVD++ takes minutes
     per ML-1M fold). The earlier run must have used the same folds: the same number of folds and
     seed, and the same number of test ratings in every fold (all checked; a different data set
-    almost always differs there).
+    almost always differs there), and the same ``rank_k`` and ``rank_threshold`` when it has ranking
+    metrics (results written before them had none: their rows show no ranking metrics).
     """
     if not isinstance(previous, CompareResult):
         from .report import load_results
@@ -217,10 +241,13 @@ def reuse_results(result: CompareResult, previous: CompareResult | str | Path, a
     else:
         where = "the earlier result"
     old = previous.settings
-    for key in ("n_folds", "random_state"):
-        if old.get(key) != result.settings[key]:
+    for key in ("n_folds", "random_state", "rank_k", "rank_threshold"):
+        if key.startswith("rank_") and key not in old:  # written before the ranking metrics: they stay empty
+            continue
+        if old.get(key) != result.settings.get(key):
+            why = "its ranking metrics mean something else" if key.startswith("rank_") else "the folds would differ"
             raise ValueError(f"cannot reuse {where}: it was run with {key}={old.get(key)!r}, "
-                             f"this comparison with {key}={result.settings[key]!r} (the folds would differ)")
+                             f"this comparison with {key}={result.settings[key]!r} ({why})")
     sizes_now = result.folds.groupby("fold")["n_test"].first().to_dict()
     sizes_then = previous.folds.groupby("fold")["n_test"].first().to_dict()
     if sizes_now != sizes_then:

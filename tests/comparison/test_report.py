@@ -33,3 +33,34 @@ def test_write_load_and_replot(synthetic_data, tmp_path):
     with pytest.raises(FileNotFoundError, match="does not hold comparison results"):
         load_results(tmp_path / "empty")
 
+
+
+def test_results_written_before_the_ranking_metrics_still_load_and_reuse(synthetic_data, tmp_path):
+    """An older results folder (no precision/recall/NDCG columns, no rank settings) loads, prints and can
+    be reused: its rows show no ranking metrics ("—"); a folder with other ranking settings is refused."""
+    import json
+
+    from mogp_surprise.comparison import AlgoSpec, reuse_results
+    from tests.comparison.test_run import _Recorder
+
+    extra = {"rec_a": AlgoSpec("A", "predictive", lambda seed, p: _Recorder()),
+             "rec_b": AlgoSpec("B", "predictive", lambda seed, p: _Recorder())}
+    write_results(compare(synthetic_data, algos=["rec_a"], n_folds=2, extra_algos=extra), tmp_path / "old",
+                  plots=False)
+    folds = pd.read_csv(tmp_path / "old" / "folds.csv")
+    assert {"precision_at_10", "recall_at_10", "ndcg_at_10"} <= set(folds.columns)
+    folds.drop(columns=["precision_at_10", "recall_at_10", "ndcg_at_10"]).to_csv(tmp_path / "old" / "folds.csv",
+                                                                                 index=False)
+    meta = json.loads((tmp_path / "old" / "results.json").read_text())
+    meta["settings"] = {k: v for k, v in meta["settings"].items() if not k.startswith("rank_")}
+    (tmp_path / "old" / "results.json").write_text(json.dumps(meta))
+    old = load_results(tmp_path / "old")
+    assert "precision@" not in old.markdown() and "RMSE q=100%" in old.markdown()
+    now = compare(synthetic_data, algos=["rec_b"], n_folds=2, extra_algos=extra)
+    merged = reuse_results(now, tmp_path / "old", ["rec_a"])
+    table = merged.markdown()
+    assert "| B | 0." in table.split("precision@10")[1] and "| A | — | — | — |" in table
+    write_results(now, tmp_path / "k5", plots=False)  # k = 10 there
+    other_k = compare(synthetic_data, algos=["rec_a"], n_folds=2, extra_algos=extra, rank_k=5)
+    with pytest.raises(ValueError, match="rank_k=10.*rank_k=5 .*ranking metrics mean something else"):
+        reuse_results(other_k, tmp_path / "k5", ["rec_b"])

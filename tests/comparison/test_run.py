@@ -102,3 +102,49 @@ def test_reuse_refuses_results_of_another_data_set(synthetic_data, tmp_path):
     with pytest.raises(ValueError, match="test ratings"):
         reuse_results(compare(other, algos=["rec_a"], n_folds=2, extra_algos=extra), tmp_path / "first", ["rec_a"])
 
+
+
+class _Scored(AlgoBase):
+    """A deterministic, distinct score per (user, item) (ranking differs from the ratings' order), unit variance."""
+
+    def fit(self, trainset):
+        AlgoBase.fit(self, trainset)
+        return self
+
+    def estimate(self, u, i):
+        user = u[5:] if isinstance(u, str) else self.trainset.to_raw_uid(u)  # "UKN__<raw id>": not in training
+        item = i[5:] if isinstance(i, str) else self.trainset.to_raw_iid(i)
+        return _score(user, item), {"var": 1.0}
+
+
+def _score(user, item) -> float:
+    return 1.0 + (int(user[1:]) * 7 + int(item[1:]) * 13) % 41 / 10.0  # 1.0 ... 5.0
+
+
+def test_compare_reports_ranking_metrics_of_every_users_test_items(synthetic_data):
+    """precision@k / recall@k / NDCG@k per fold are those of evaluation.ranking_report on the fold's test
+    ratings, the users' ids and the clipped predicted mean; the threshold defaults to 4 on a 1-5 scale."""
+    from surprise.model_selection import KFold
+
+    from mogp_surprise.evaluation import ranking_report
+
+    extra = {"scored": AlgoSpec("S", "predictive", lambda seed, p: _Scored())}
+    default = compare(synthetic_data, algos=["scored"], n_folds=2, extra_algos=extra)
+    custom = compare(synthetic_data, algos=["scored"], n_folds=2, extra_algos=extra, rank_k=5, rank_threshold=3.5)
+    assert default.settings["rank_k"] == 10 and default.settings["rank_threshold"] == 4.0
+    assert custom.settings["rank_threshold"] == 3.5
+    splits = KFold(n_splits=2, random_state=0, shuffle=True).split(synthetic_data)
+    for fold, (_, testset) in enumerate(splits):
+        users = [u for u, _, _ in testset]
+        y = [r for _, _, r in testset]
+        score = [_score(u, i) for u, i, _ in testset]
+        for result, k, threshold in ((default, 10, 4.0), (custom, 5, 3.5)):
+            row = result.folds.iloc[fold]
+            expected = ranking_report(users, y, score, k=k, threshold=threshold)
+            for name in (f"precision_at_{k}", f"recall_at_{k}", f"ndcg_at_{k}"):
+                assert row[name] == pytest.approx(expected[name]), (name, fold)
+            assert 0.0 < row[f"precision_at_{k}"] < 1.0 and 0.0 < row[f"ndcg_at_{k}"] < 1.0
+    assert "precision_at_10" not in custom.folds
+    assert "| algorithm | precision@5 | recall@5 | NDCG@5 |" in custom.markdown()
+    with pytest.raises(ValueError, match="rank_k"):
+        compare(synthetic_data, algos=["scored"], n_folds=2, extra_algos=extra, rank_k=0)
