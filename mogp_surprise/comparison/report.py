@@ -6,66 +6,15 @@ into the same object (for ``mogp-surprise qp-plot DIR`` and for re-using slow ba
 from __future__ import annotations
 
 import json
-import math
-import re
 from pathlib import Path
-from typing import Any
+from typing import Sequence
 
 import pandas as pd
 
 from ..evaluation import plot_calibration, plot_qp, qp_curves_over_folds, save_figure
-from .run import CompareResult
+from .result import CompareResult
 
 _FILES = ("folds.csv", "curves.csv", "calibration.csv", "results.json")
-
-
-def _ranking_k(summary: pd.DataFrame, settings: dict[str, Any]) -> int | None:
-    """The k of the ranking columns (``precision_at_{k}_mean``), None for results written before them."""
-    found = [int(m.group(1)) for c in summary.columns if (m := re.fullmatch(r"precision_at_(\d+)_mean", c))]
-    k = settings.get("rank_k")
-    return k if k in found else (found[0] if found else None)
-
-
-def summary_markdown(summary: pd.DataFrame, settings: dict[str, Any]) -> str:
-    """Paper-style table: RMSE and MAE at q = 100/90/80 %, calibration, ranking metrics, times (mean ± std
-    over folds). An algorithm without a column (reused from results written before it existed) shows "—"."""
-    def pm(row: pd.Series, col: str, digits: int = 4) -> str:
-        mean, std = row.get(f"{col}_mean", math.nan), row.get(f"{col}_std", math.nan)
-        return "—" if pd.isna(mean) else f"{mean:.{digits}f} ± {std:.{digits}f}"
-
-    head1 = ("| algorithm | uncertainty | RMSE q=100% | RMSE q=90% | RMSE q=80% | MAE q=100% | MAE q=90% | "
-             "MAE q=80% |")
-    lines = [head1, "|" + "---|" * 8]
-    for _, r in summary.iterrows():
-        lines.append(f"| {r['label']} | {r['uncertainty']} | " + " | ".join(
-            pm(r, c) for c in ("rmse_q100", "rmse_q90", "rmse_q80", "mae_q100", "mae_q90", "mae_q80")) + " |")
-    lines += ["", "| algorithm | NLL | CRPS | coverage 50% | 80% | 90% | 95% | mean std | fit s | test s |",
-              "|" + "---|" * 10]
-    for _, r in summary.iterrows():
-        lines.append(f"| {r['label']} | " + " | ".join(
-            [pm(r, "nll"), pm(r, "crps"), pm(r, "coverage_50", 3), pm(r, "coverage_80", 3), pm(r, "coverage_90", 3),
-             pm(r, "coverage_95", 3), pm(r, "sharpness", 3), pm(r, "fit_s", 1), pm(r, "test_s", 2)]) + " |")
-    k = _ranking_k(summary, settings)
-    if k is not None:
-        lines += ["", f"| algorithm | precision@{k} | recall@{k} | NDCG@{k} |", "|" + "---|" * 4]
-        for _, r in summary.iterrows():
-            lines.append(f"| {r['label']} | " + " | ".join(
-                pm(r, f"{m}_at_{k}") for m in ("precision", "recall", "ndcg")) + " |")
-    lines += ["", f"Mean ± std over {settings['n_folds']} folds (Surprise KFold, shuffle, "
-              f"random_state={settings['random_state']}); identical folds for every algorithm. "
-              "q = share of test ratings kept, the most confident first (lowest predictive std). "
-              "'homoscedastic': a point-estimate algorithm given one residual variance, estimated on 10 % of "
-              "its training ratings held out from a second fit: its QP curve carries no information (all stds "
-              "tie; ties keep test-set order) and its "
-              "NLL/CRPS/coverage use that single variance."]
-    if k is not None:
-        threshold = settings.get("rank_threshold")
-        relevant = f"rating >= {threshold:g}" if threshold is not None else "rating above the threshold"
-        lines[-1] += (f" Ranking: each user's test items ranked by the predicted mean; relevant = true {relevant}; "
-                      f"precision@{k} and recall@{k} as in Surprise's FAQ (recommended = in the top {k} and "
-                      f"predicted >= the threshold; 0 when undefined), NDCG@{k} with binary relevance; "
-                      "averaged over the users of each fold.")
-    return "\n".join(lines) + "\n"
 
 
 def write_results(result: CompareResult, out_dir: str | Path, title: str = "", plots: bool = True) -> dict[str, Path]:
@@ -146,3 +95,43 @@ def plot_results(results: CompareResult | str | Path, out_dir: str | Path | None
     paths["calibration_png"] = save_figure(fig, out / "calibration.png")
     plt.close(fig)
     return paths
+
+
+def reuse_results(result: CompareResult, previous: CompareResult | str | Path, algos: Sequence[str]) -> CompareResult:
+    """Add the per-fold results of ``algos`` from an earlier comparison (or its :func:`write_results`
+    folder) to ``result``.
+
+    For adding or re-running one algorithm without re-fitting slow baselines (SVD++ takes minutes
+    per ML-1M fold). The earlier run must have used the same folds: the same number of folds and
+    seed, and the same number of test ratings in every fold (all checked; a different data set
+    almost always differs there), and the same ``rank_k`` and ``rank_threshold`` when it has ranking
+    metrics (results written before them had none: their rows show no ranking metrics).
+    """
+    if not isinstance(previous, CompareResult):
+        where, previous = previous, load_results(previous)
+    else:
+        where = "the earlier result"
+    old = previous.settings
+    for key in ("n_folds", "random_state", "rank_k", "rank_threshold"):
+        if key.startswith("rank_") and key not in old:  # written before the ranking metrics: they stay empty
+            continue
+        if old.get(key) != result.settings.get(key):
+            why = "its ranking metrics mean something else" if key.startswith("rank_") else "the folds would differ"
+            raise ValueError(f"cannot reuse {where}: it was run with {key}={old.get(key)!r}, "
+                             f"this comparison with {key}={result.settings[key]!r} ({why})")
+    sizes_now = result.folds.groupby("fold")["n_test"].first().to_dict()
+    sizes_then = previous.folds.groupby("fold")["n_test"].first().to_dict()
+    if sizes_now != sizes_then:
+        raise ValueError(f"cannot reuse {where}: its folds hold {sizes_then} test ratings, this "
+                         f"comparison's {sizes_now} (another data set or split)")
+    missing = [a for a in algos if a not in previous.curves]
+    if missing:
+        raise ValueError(f"cannot reuse {missing} from {where}: it holds {sorted(previous.curves)}")
+    clash = [a for a in algos if a in result.curves]
+    if clash:
+        raise ValueError(f"{clash} were both run now and requested from {where}")
+    settings = {**result.settings, "algos": [*result.settings["algos"], *algos],
+                "reused": {"from": str(where), "algos": list(algos)}}
+    merged = pd.concat([result.folds, previous.folds[previous.folds["algo"].isin(algos)]], ignore_index=True)
+    return CompareResult(merged, {**result.curves, **{a: previous.curves[a] for a in algos}},
+                         {**result.calibration, **{a: previous.calibration[a] for a in algos}}, settings, result.title)

@@ -13,7 +13,6 @@ import importlib
 import logging
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -25,6 +24,7 @@ from ..evaluation import arrays_from_predictions, qp_curve, uncertainty_report
 from ..evaluation._validation import check_triplet
 from ..evaluation.metrics import calibration_curve
 from ..evaluation.ranking import default_relevance_threshold, ranking_report
+from .result import CompareResult
 
 logger = logging.getLogger(__name__)
 
@@ -96,32 +96,6 @@ ALGORITHMS: dict[str, AlgoSpec] = {
     "bgplvm": AlgoSpec("Bayesian GPLVM (GPyTorch)", "predictive", _bgplvm,
                        _optional("bgplvm", "gpytorch_available")),
 }
-
-
-@dataclass
-class CompareResult:
-    """Per-fold metrics, per-fold QP curves and the settings of one comparison."""
-
-    folds: pd.DataFrame  # one row per (algorithm, fold)
-    curves: dict[str, list[pd.DataFrame]]  # algorithm key -> QP curve per fold
-    calibration: dict[str, pd.DataFrame]  # algorithm key -> calibration curve pooled over folds
-    settings: dict[str, Any]
-    title: str = ""
-
-    def summary(self) -> pd.DataFrame:
-        """Mean and std over folds for every metric, one row per algorithm."""
-        metrics = [c for c in self.folds.columns if c not in ("algo", "label", "uncertainty", "fold")]
-        grouped = self.folds.groupby("algo", sort=False)
-        out = grouped[["label", "uncertainty"]].first()
-        for col in metrics:
-            out[f"{col}_mean"] = grouped[col].mean()
-            out[f"{col}_std"] = grouped[col].std(ddof=0)
-        return out.reset_index()
-
-    def markdown(self) -> str:
-        from .report import summary_markdown
-
-        return summary_markdown(self.summary(), self.settings)
 
 
 def predictive_arrays(algo: Any, testset: list, rating_scale: tuple[float, float]) -> tuple[np.ndarray, ...]:
@@ -222,45 +196,3 @@ def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: i
     settings = {"n_folds": n_folds, "random_state": random_state, "algos": list(algos), "mwgp_params": params,
                 "qp_quantiles": QP_QUANTILES, "rank_k": rank_k, "rank_threshold": float(rank_threshold)}
     return CompareResult(pd.DataFrame(rows), curves, calibration, settings)
-
-
-def reuse_results(result: CompareResult, previous: CompareResult | str | Path, algos: Sequence[str]) -> CompareResult:
-    """Add the per-fold results of ``algos`` from an earlier comparison (or its :func:`.report.write_results`
-    folder) to ``result``.
-
-    For adding or re-running one algorithm without re-fitting slow baselines (SVD++ takes minutes
-    per ML-1M fold). The earlier run must have used the same folds: the same number of folds and
-    seed, and the same number of test ratings in every fold (all checked; a different data set
-    almost always differs there), and the same ``rank_k`` and ``rank_threshold`` when it has ranking
-    metrics (results written before them had none: their rows show no ranking metrics).
-    """
-    if not isinstance(previous, CompareResult):
-        from .report import load_results
-
-        where, previous = previous, load_results(previous)
-    else:
-        where = "the earlier result"
-    old = previous.settings
-    for key in ("n_folds", "random_state", "rank_k", "rank_threshold"):
-        if key.startswith("rank_") and key not in old:  # written before the ranking metrics: they stay empty
-            continue
-        if old.get(key) != result.settings.get(key):
-            why = "its ranking metrics mean something else" if key.startswith("rank_") else "the folds would differ"
-            raise ValueError(f"cannot reuse {where}: it was run with {key}={old.get(key)!r}, "
-                             f"this comparison with {key}={result.settings[key]!r} ({why})")
-    sizes_now = result.folds.groupby("fold")["n_test"].first().to_dict()
-    sizes_then = previous.folds.groupby("fold")["n_test"].first().to_dict()
-    if sizes_now != sizes_then:
-        raise ValueError(f"cannot reuse {where}: its folds hold {sizes_then} test ratings, this "
-                         f"comparison's {sizes_now} (another data set or split)")
-    missing = [a for a in algos if a not in previous.curves]
-    if missing:
-        raise ValueError(f"cannot reuse {missing} from {where}: it holds {sorted(previous.curves)}")
-    clash = [a for a in algos if a in result.curves]
-    if clash:
-        raise ValueError(f"{clash} were both run now and requested from {where}")
-    settings = {**result.settings, "algos": [*result.settings["algos"], *algos],
-                "reused": {"from": str(where), "algos": list(algos)}}
-    merged = pd.concat([result.folds, previous.folds[previous.folds["algo"].isin(algos)]], ignore_index=True)
-    return CompareResult(merged, {**result.curves, **{a: previous.curves[a] for a in algos}},
-                         {**result.calibration, **{a: previous.calibration[a] for a in algos}}, settings, result.title)

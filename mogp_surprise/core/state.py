@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-import torch
 from torch import Tensor
 
 from .gp import FittedGP

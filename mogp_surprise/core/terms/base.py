@@ -22,7 +22,7 @@ A term defined outside the package takes part once registered (:func:`register_t
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
