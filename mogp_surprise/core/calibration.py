@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .predictive import predictive_moments
+from .predictive import noise_variances, predictive_moments
 from .rows import distinct_rows
 
 #: rows of the training data that :func:`cold_start_scales` reads at most (evenly spaced beyond)
@@ -60,7 +60,8 @@ def cold_start_scales(post: Any, index: np.ndarray, ratings: np.ndarray, laplace
     y = torch.as_tensor((np.asarray(ratings, dtype=np.float64) - post.rating_mean) / post.rating_std,
                         dtype=post.dtype, device=post.device)
     state, psi = post.state, post.psi
-    noise = predictive_moments(state, psi, idx)[2]  # E[sigma_n^2] of the training ratings (standardised)
+    noise = torch.cat([noise_variances(state, idx[start:start + post.chunk_size])  # E[sigma_n^2] (standardised)
+                       for start in range(0, idx.shape[0], post.chunk_size)])
     # each rating's leverage on the bias-like values of its level of every factor
     leverage_of = [torch.zeros_like(y) for _ in range(n_factors)]
     for fitted in state.terms:

@@ -9,7 +9,9 @@ precision
 (Gauss-Newton: the curvature of the expected log likelihood through the rating's predictive mean, with
 lambda_n = E[1 / sigma_n^2], every other value held at its fit; p the table's prior precision). The
 derivative of each rating's mean by its own level's row is taken by autograd on the rows gathered per
-rating (a rating's mean depends on its own rows only), so every term is treated alike. The variance
+rating (a rating's mean depends on its own rows only), so every term is treated alike; through the GP it
+uses the closed-form gradient of k(x)^T w (:meth:`~.kernels.RBFKernel.mean_gradient`), not autograd's
+(one product instead of a backward pass through the kernel: 0.9 -> 0.6 s on 800K ratings). The variance
 1 / prec enters a known level's predictive variance (``embedding_uncertainty``) and widens the population
 an unseen level is integrated over (:meth:`~.terms.Term.population`): MAP estimates are shrunk towards the
 prior mean, so their own spread understates how different a new user can be. Without a prior (p = 0) a
@@ -56,12 +58,20 @@ def laplace_variances(module: MWGPModule, index: Tensor, jitter: float, chunk_si
                         value = leaves[(term.name, spec.name)] = value.requires_grad_(True)
                     rows[spec.name] = Rows(value)
                 term.combine(rows, parts)
+            # d E[y_n] / d rows: through the mean function by autograd, through E[f] = k(x_n)^T w by its closed form
             x = torch.cat([rows.value for rows in parts.inputs], dim=-1)
-            f_mean = kernel.cross(x, z) @ w
+            with torch.no_grad():
+                kw = kernel.cross(x, z) * w
+                f_mean, f_grad = kw.sum(-1), kernel.mean_gradient(kw, x, z)
+            mean = parts.mean
             if parts.latent_log_scale is not None:
-                f_mean = torch.exp(parts.latent_log_scale) * f_mean
+                scale = torch.exp(parts.latent_log_scale)
+                mean = mean + scale * f_mean
+                f_grad = f_grad * scale.detach().unsqueeze(-1)
             keys = list(leaves)
-            grads = torch.autograd.grad((parts.mean + f_mean).sum(), [leaves[k] for k in keys], allow_unused=True)
+            outputs = [mean.sum()] + ([x] if x.requires_grad else [])
+            grads = torch.autograd.grad(outputs, [leaves[k] for k in keys], grad_outputs=[None, f_grad][:len(outputs)],
+                                        allow_unused=True)
         with torch.no_grad():
             lam = noise_moments(parts)[1].detach()
             for (term_name, table_name), g in zip(keys, grads):

@@ -59,7 +59,7 @@ def noise_moments(parts: RatingParts) -> tuple[Tensor, Tensor]:
     if parts.log_noise is None:
         base = parts.log_noise_base
         return base.expand(parts.n), torch.exp(-base).expand(parts.n)
-    return parts.log_noise, torch.exp(0.5 * parts.log_noise_var - parts.log_noise)
+    return parts.log_noise.expand(parts.n), torch.exp(0.5 * parts.log_noise_var - parts.log_noise).expand(parts.n)
 
 
 def gaussian_expected_log_lik(n: int, log_noise_sum: Tensor, *weighted_sums: Tensor) -> Tensor:

@@ -103,12 +103,6 @@ class MWGPPosterior:
         return self.state.gp.input_width
 
     @property
-    def mf_rank(self) -> int:
-        """Rank k of the bilinear term p_u . q_i (0: none)."""
-        term = self.term("bilinear")
-        return int(term.term.options["rank"]) if term is not None else 0
-
-    @property
     def n_inducing(self) -> int:
         return self.state.gp.n_inducing
 

@@ -61,6 +61,12 @@ def pattern_parts(state: PosteriorState, index: Tensor, unseen: tuple[bool, ...]
     return parts
 
 
+def noise_variances(state: PosteriorState, index: Tensor) -> Tensor:
+    """E[sigma_n^2] at index tuples of known levels (standardised units), without the GP's moments."""
+    parts = pattern_parts(state, index, (False,) * index.shape[1])
+    return predictive(parts, parts.mean.new_zeros(()), parts.mean.new_zeros(()))[2]
+
+
 def predictive_moments(state: PosteriorState, psi: list, index: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Mean, latent variance and noise variance at index tuples (-1: unseen), standardised units.
 

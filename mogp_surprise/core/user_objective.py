@@ -10,7 +10,7 @@ prediction; the Gauss-Newton curvature is taken by autograd on per-rating copies
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -18,6 +18,7 @@ from torch import Tensor
 
 from .objective import expected_log_lik_of_moments, noise_moments
 from .posterior import MWGPPosterior
+from .state import FittedTable, FittedTerm, PosteriorState
 from .terms import PRIORS, RatingParts, Rows, Table
 
 __all__ = ["FoldInContext", "UserData", "Block", "PRIORS"]
@@ -52,6 +53,8 @@ class UserData:
     y: Tensor  # (n,) standardised ratings
     item_rows: dict[tuple[int, str], Tensor]  # (term, table) -> (n, ...) rows of the rated items
     implicit: dict[str, Tensor]  # block key -> the user's implicit sum over the rated items (zeros without)
+    item_kernel: Tensor | None = None  # (n, m): the items' factor of every kernel row, times the output scale
+    prior_center: Tensor | None = None  # (d,): the mean of the Gaussian priors on the raw rows
 
 
 class FoldInContext:
@@ -65,7 +68,7 @@ class FoldInContext:
                              "(context factors are not supported)")
         if prior not in PRIORS:
             raise ValueError(f"`prior` must be one of {PRIORS}, got {prior!r}")
-        state = posterior.state.map(lambda t: t.to(torch.float64) if t.is_floating_point() else t)
+        state = _light_state(posterior.state)
         incomplete = [t.name for t in state.terms if not t.complete or
                       any(s.feeds is not None and state_table_missing(t, s) for s in t.term.specs.values())]
         if incomplete:
@@ -84,8 +87,22 @@ class FoldInContext:
                 self.blocks.append(Block(position, spec, start, width, fitted.name))
                 start += width
         self.dim = start
+        # Gaussian priors of the user's rows, as one vector over the layout (precision 0: flat, or a term's own)
+        self.prior_precision = torch.zeros(self.dim, dtype=torch.float64, device=self.device)
+        self.custom_prior = []
+        for block in self.blocks:
+            fitted = state.terms[block.term]
+            if not fitted.term.gaussian_user_prior:
+                self.custom_prior.append(block)
+                continue
+            precision = fitted.term.user_prior_precision(block.spec, prior, fitted)
+            if precision is not None:
+                self.prior_precision[block.start:block.start + block.width] = precision.reshape(-1).to(self.prior_precision)
         gp = state.gp
         self.kernel, self.inducing, self.w, self.M = gp.kernel(), gp.inducing, gp.w, gp.M
+        r = gp.input_width  # the users' block of the GP inputs and its scaled inducing inputs
+        self.user_lengthscale = gp.lengthscale[:r]
+        self.user_inducing = gp.inducing[:, :r] / self.user_lengthscale
 
     @property
     def laplace_blocks(self) -> list[Block]:
@@ -98,7 +115,7 @@ class FoldInContext:
         for position, fitted in enumerate(self.state.terms):
             for spec in fitted.term.direct_tables:
                 if spec.factor != 0:
-                    item_rows[(position, spec.name)] = fitted.tables[spec.name].values[idx]
+                    item_rows[(position, spec.name)] = fitted.tables[spec.name].values[idx].to(torch.float64)
         rated = torch.as_tensor(np.unique(items), device=self.device)  # repeated pairs count once, as in training
         implicit = {}
         for block in self.blocks:
@@ -106,10 +123,23 @@ class FoldInContext:
             feeder = next((s for s in fitted.term.specs.values() if s.feeds == block.spec.name), None)
             total = torch.zeros(block.width, dtype=torch.float64, device=self.device)
             if feeder is not None and rated.numel():
-                total = fitted.tables[feeder.name].values[rated].sum(0) / math.sqrt(rated.numel())
+                total = fitted.tables[feeder.name].values[rated].to(torch.float64).sum(0) / math.sqrt(rated.numel())
             implicit[block.key] = total if block.spec.width else total[0]
-        return UserData(int(items.size), torch.as_tensor(y, dtype=torch.float64, device=self.device), item_rows,
+        data = UserData(int(items.size), torch.as_tensor(y, dtype=torch.float64, device=self.device), item_rows,
                         implicit)
+        # the mean of the Gaussian priors on the raw rows: the population's minus the implicit sum, or 0
+        data.prior_center = torch.zeros(self.dim, dtype=torch.float64, device=self.device)
+        if self.prior == "population":
+            for block in self.blocks:
+                table = self.state.terms[block.term].tables[block.spec.name]
+                if table.population is not None and block not in self.custom_prior:
+                    data.prior_center[block.start:block.start + block.width] = (
+                        table.population[0] - implicit[block.key]).reshape(-1)
+        # the items' half of every kernel row (with the output scale): fixed during fold-in
+        x = self.parts(data, torch.zeros(self.dim, dtype=torch.float64, device=self.device)).inputs[1].value
+        r = self.state.gp.input_width
+        data.item_kernel = self.kernel.block(torch.arange(r, 2 * r, device=self.device)).cross(x, self.inducing[:, r:])
+        return data
 
     # -- the objective --------------------------------------------------------------------------------------
     def parts(self, data: UserData, theta: Tensor) -> RatingParts:
@@ -120,11 +150,8 @@ class FoldInContext:
         parts = RatingParts(mean=state.global_mean.expand(n), log_noise_base=torch.log(state.noise_variance),
                             inputs=[None, None])
         by_term: dict[int, dict[str, Rows]] = {}
-        for block in self.blocks:
-            value = block.of(theta) + data.implicit[block.key]
-            if theta.dim() == 1:
-                value = value.expand(n, *value.shape)
-            by_term.setdefault(block.term, {})[block.spec.name] = Rows(value)
+        for block in self.blocks:  # (one row, broadcast over the ratings, or one copy per rating)
+            by_term.setdefault(block.term, {})[block.spec.name] = Rows(block.of(theta) + data.implicit[block.key])
         for position, fitted in enumerate(state.terms):
             rows = by_term.get(position, {})
             for spec in fitted.term.direct_tables:
@@ -133,28 +160,28 @@ class FoldInContext:
             fitted.term.combine(rows, parts)
         return parts
 
-    def f_moments(self, parts: RatingParts) -> tuple[Tensor, Tensor]:
-        """E[f] and Var[f] at the (known) GP inputs of ``parts``."""
-        x = torch.cat([rows.value for rows in parts.inputs], dim=-1)
-        k = self.kernel.cross(x, self.inducing)
+    def f_moments(self, data: UserData, parts: RatingParts) -> tuple[Tensor, Tensor]:
+        """E[f] and Var[f] at the (known) GP inputs of ``parts``: the kernel row of a rating is the product of
+        the items' fixed half (``data.item_kernel``) and the user's half (one row for every rating, or one per
+        rating when the parameters are per-rating copies)."""
+        x = parts.inputs[0].value
+        d = x.unsqueeze(-2) / self.user_lengthscale - self.user_inducing
+        k = data.item_kernel * torch.exp(-0.5 * (d * d).sum(-1))
         return k @ self.w, self.kernel.outputscale + ((k @ self.M) * k).sum(-1)
 
     def log_prior(self, data: UserData, theta: Tensor) -> Tensor:
-        out = theta.new_zeros(())
-        for block in self.blocks:
+        """The log prior of the user's rows: the Gaussian ones at once, then the terms' own."""
+        d = theta - data.prior_center
+        out = -0.5 * (self.prior_precision * d * d).sum()
+        for block in self.custom_prior:
             fitted = self.state.terms[block.term]
-            raw = block.of(theta)
-            effective = raw + data.implicit[block.key]
-            value = fitted.term.user_log_prior(block.spec, raw, effective, self.prior, fitted)
-            if value is None:
-                value = fitted.term.default_user_log_prior(block.spec, raw, effective, self.prior, fitted)
-            out = out + value
+            out = out + fitted.term.user_log_prior(block.spec, block.of(theta), self.prior, fitted)
         return out
 
     def objective(self, data: UserData, theta: Tensor) -> Tensor:
         """The user's terms of the training ELBO at the raw rows ``theta`` (d,) (:mod:`.foldin`'s L)."""
         parts = self.parts(data, theta)
-        f_mean, f_var = self.f_moments(parts)
+        f_mean, f_var = self.f_moments(data, parts)
         return expected_log_lik_of_moments(parts, data.y, f_mean, f_var) + self.log_prior(data, theta)
 
     # -- the start and the Laplace posterior -------------------------------------------------------------------
@@ -167,7 +194,7 @@ class FoldInContext:
             table = fitted.tables[block.spec.name]
             implicit = data.implicit[block.key]
             if known:
-                value = table.values[init] - implicit
+                value = table.values[init].to(torch.float64) - implicit
             else:
                 value = fitted.term.user_start(block.spec, self.prior, fitted)
                 if value is None:
@@ -200,7 +227,7 @@ class FoldInContext:
             copies = theta.detach().expand(data.n, self.dim).clone().requires_grad_(True)
             with torch.enable_grad():
                 parts = self.parts(data, copies)
-                f_mean, _ = self.f_moments(parts)
+                f_mean, _ = self.f_moments(data, parts)
                 if parts.latent_log_scale is not None:
                     f_mean = torch.exp(parts.latent_log_scale) * f_mean
                 (jac,) = torch.autograd.grad((parts.mean + f_mean).sum(), copies)
@@ -218,6 +245,21 @@ class FoldInContext:
             out[block.key] = part if block.spec.width else part[0]
             offset += block.width
         return out, covariance
+
+
+def _light_state(state: PosteriorState) -> PosteriorState:
+    """What fold-in reads of a posterior's state, in float64 where it is small (the GP, the populations and
+    extras); the tables stay as they are (fold-in converts the rows it gathers)."""
+    def f64(t: Tensor) -> Tensor:
+        return t.to(torch.float64)
+    terms = [FittedTerm(t.term, {name: FittedTable(table.values, None, None if table.population is None else
+                                                   (f64(table.population[0]), f64(table.population[1])))
+                                 for name, table in t.tables.items()}, {k: f64(v) for k, v in t.extras.items()})
+             for t in state.terms]
+    gp = state.gp
+    return replace(state, global_mean=f64(state.global_mean), noise_variance=f64(state.noise_variance),
+                   gp=replace(gp, inducing=f64(gp.inducing), lengthscale=f64(gp.lengthscale),
+                              outputscale=f64(gp.outputscale), w=f64(gp.w), M=f64(gp.M)), terms=terms)
 
 
 def state_table_missing(fitted, spec: Table) -> bool:

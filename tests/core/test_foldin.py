@@ -64,9 +64,8 @@ def _user_elbo(mod, y: torch.Tensor) -> torch.Tensor:
 def _implicit(post, term: str, items) -> np.ndarray:
     """The implicit part |J|^(-1/2) sum_j y_j of a user's row of a term's table (zeros without it)."""
     fitted_term = post.term(term)
-    if fitted_term is None or "implicit_0" not in fitted_term.tables:
-        width = {"gp_input": R, "bilinear": post.mf_rank}[term]
-        return np.zeros(width)
+    if "implicit_0" not in fitted_term.tables:
+        return np.zeros(fitted_term.term.user_tables[0].width)
     rated = np.unique(items)
     return (fitted_term.tables["implicit_0"].values[rated].sum(0) / np.sqrt(len(rated))).numpy()
 

@@ -47,11 +47,11 @@ def test_kernel_rows_and_noise_moments_are_those_of_the_trained_module() -> None
     with torch.no_grad():
         theta = ctx.start(data, USER)
         user_parts = ctx.parts(data, theta)
-        x = torch.cat([rows.value for rows in user_parts.inputs], dim=-1)
+        x = torch.cat([user_parts.inputs[0].value.expand(len(ITEMS), R), user_parts.inputs[1].value], dim=-1)
         np.testing.assert_allclose(x.numpy(), features(mod, index).numpy(), rtol=1e-10, atol=1e-14)
         gp = mod.gp
         k = paired_kernel(x, gp.inducing, gp.lengthscale(), gp.outputscale())
-        mean, _ = ctx.f_moments(user_parts)
+        mean, _ = ctx.f_moments(data, user_parts)
         np.testing.assert_allclose(mean.numpy(), (k @ gp.whitened_terms(1e-8).w).numpy(), rtol=1e-8, atol=1e-12)
         module_parts = parts(mod, index)
         np.testing.assert_allclose(user_parts.mean.numpy(), module_parts.mean.numpy(), rtol=1e-10)

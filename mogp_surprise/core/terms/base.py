@@ -213,22 +213,14 @@ class Term(nn.Module):
         return {}
 
     # -- fold-in (one user's rows, everything else fixed) ---------------------------------------------------
-    def user_log_prior(self, spec: Table, raw: Tensor, effective: Tensor, prior: str, fitted: Any) -> Tensor | None:
-        """log p of a folded user's row of a user table (up to a constant); None: use the default.
-
-        The default (``Term.default_user_log_prior``): "population", N(population mean, variance) on the
-        effective row; "model", the table's N(0, 1 / prior_precision) on the raw row (none without one).
-        """
-        return None
-
-    def user_start(self, spec: Table, prior: str, fitted: Any) -> Tensor | None:
-        """The raw row a folded user starts from, implicit sum excluded; None: the default (the population
-        mean minus the user's implicit sum, or 0 under the model's prior)."""
-        return None
+    #: a folded-in user's row of each user table has a Gaussian prior: "population", N(population mean, variance)
+    #: on the effective row (implicit sum included); "model", the table's N(0, 1 / prior_precision) on the raw
+    #: row. False: the term gives the log prior itself (:meth:`user_log_prior`).
+    gaussian_user_prior: ClassVar[bool] = True
 
     def user_prior_precision(self, spec: Table, prior: str, fitted: Any) -> Tensor | None:
-        """The precision of the prior on a folded user's effective row (its Laplace variance's start), per
-        entry; None where the prior is flat (then no Laplace variance is given)."""
+        """The precision of a folded user's Gaussian prior, per entry of the row (None where it is flat: then
+        the row gets no Laplace variance either); its mean is the population's (or 0 under the model's prior)."""
         if prior == "population":
             _, var = fitted.tables[spec.name].population
             return 1.0 / var.clamp_min(MIN_PRIOR_VAR)
@@ -236,14 +228,15 @@ class Term(nn.Module):
             return torch.full((max(spec.width, 1),), float(spec.prior_precision), dtype=torch.float64)
         return None
 
-    def default_user_log_prior(self, spec: Table, raw: Tensor, effective: Tensor, prior: str, fitted: Any) -> Tensor:
-        if prior == "population":
-            mean, var = fitted.tables[spec.name].population
-            d = effective - mean.to(effective)
-            return -0.5 * (d * d / var.to(effective).clamp_min(MIN_PRIOR_VAR)).sum()
-        if spec.prior_precision:
-            return -0.5 * spec.prior_precision * (raw * raw).sum()
-        return raw.new_zeros(())
+    def user_log_prior(self, spec: Table, raw: Tensor, prior: str, fitted: Any) -> Tensor:
+        """log p of a folded user's raw row (up to a constant), for a term whose prior is not Gaussian."""
+        raise NotImplementedError(f"{type(self).__name__} sets gaussian_user_prior = False: it must give "
+                                  "user_log_prior")
+
+    def user_start(self, spec: Table, prior: str, fitted: Any) -> Tensor | None:
+        """The raw row a folded user starts from, implicit sum excluded; None: the default (the population
+        mean minus the user's implicit sum, or 0 under the model's prior)."""
+        return None
 
 
 #: smallest variance of a fold-in population prior (a population without spread would fix the row)

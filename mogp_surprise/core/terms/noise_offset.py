@@ -39,6 +39,7 @@ class NoiseOffset(Term):
     name = "noise_offset"
     order = 30
     builtin = True
+    gaussian_user_prior = False  # q(s_u) with a KL to its prior, below
 
     @classmethod
     def from_config(cls, config: Any, n_levels: tuple[int, ...]) -> "NoiseOffset | None":
@@ -57,7 +58,7 @@ class NoiseOffset(Term):
     def combine(self, rows: dict[str, Rows], parts: RatingParts) -> None:
         for f in range(len(self.n_levels)):
             row = rows[f"offset_{f}"].value
-            parts.add_log_noise(row[:, 0], torch.exp(row[:, 1]))
+            parts.add_log_noise(row[..., 0], torch.exp(row[..., 1]))
 
     @torch.no_grad()
     def initialise(self, init: Any) -> None:
@@ -97,7 +98,7 @@ class NoiseOffset(Term):
         logvar = fitted.extras["prior_logvar"][0]
         return torch.zeros_like(logvar), logvar
 
-    def user_log_prior(self, spec: Table, raw: Tensor, effective: Tensor, prior: str, fitted: Any) -> Tensor:
+    def user_log_prior(self, spec: Table, raw: Tensor, prior: str, fitted: Any) -> Tensor:
         mean, logvar = (t.to(raw) for t in self._user_prior(prior, fitted))
         return -offset_kl(raw[0], raw[1], logvar, mean)
 
