@@ -253,8 +253,9 @@ def register_term(cls: type[Term]) -> type[Term]:
     if not (isinstance(cls, type) and issubclass(cls, Term)) or not cls.name:
         raise TypeError(f"register_term expects a Term subclass with a `name`, got {cls!r}")
     known = _REGISTRY.get(cls.name)
-    if known is not None and (known.__module__, known.__qualname__) != (cls.__module__, cls.__qualname__):
+    if known is not None and known.__qualname__ != cls.__qualname__:
         raise ValueError(f"a model term named {cls.name!r} is already registered ({known.__module__}."
                          f"{known.__qualname__})")
-    _REGISTRY[cls.name] = cls  # (the same class again, e.g. its module reloaded: the newer definition)
+    # the same class defined again (its module reloaded, a notebook cell run twice): the newer definition
+    _REGISTRY[cls.name] = cls
     return cls
