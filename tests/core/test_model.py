@@ -1,4 +1,4 @@
-"""MWGPModule: its tables with implicit feedback (SVD++-style sums) and their hand-written gradient.
+"""MWGPModule: its tables with implicit feedback (SVD++-style sums) and their gradient.
 
 References are independent: explicit Python loops for the implicit sums, dense matrices and torch's
 own autograd for the gradient. The ELBO's terms are tested in ``test_objective.py``.
@@ -15,7 +15,7 @@ from mogp_surprise.core.implicit import implicit_graph
 from mogp_surprise.core.kernels import paired_kernel
 from mogp_surprise.core.model import MWGPModule
 from mogp_surprise.core.objective import elbo, noise_moments
-from mogp_surprise.core.rows import Batch, add_rows, distinct_rows, gather_rows
+from mogp_surprise.core.rows import Batch
 from tests.core._modules import module, random_module
 
 JITTER = 1e-8
@@ -83,50 +83,7 @@ def test_implicit_gradient_matches_dense_autograd() -> None:
     np.testing.assert_allclose(g_users.numpy(), r_users.numpy(), rtol=1e-9, atol=1e-12)
 
 
-def test_implicit_graph_counts_repeated_pairs_once() -> None:
-    index = torch.tensor([[0, 1], [0, 1], [0, 2], [1, 2]])
-    nu, _, ni, _ = implicit_graph(index, (2, 3), torch.float64)
-    np.testing.assert_allclose(nu.to_dense().numpy(), [[0, 2 ** -0.5, 2 ** -0.5], [0, 0, 1]])
-    np.testing.assert_allclose(ni.to_dense().numpy(), [[0, 0], [1, 0], [2 ** -0.5, 2 ** -0.5]])
-
-
 def test_implicit_module_without_graph_raises_a_clear_error() -> None:
     mod = module((3, 4), 2, 3, implicit=True)
     with pytest.raises(RuntimeError, match="set_implicit_graph"):
         mod.effective_tables()
-
-
-@pytest.mark.parametrize("width", [None, 1, 8, 16])
-def test_add_rows_is_index_add_bit_for_bit(width) -> None:
-    gen = torch.Generator().manual_seed(0)
-    index = torch.randint(0, 37, (500,), generator=gen)
-    values = torch.randn((500,) if width is None else (500, width), generator=gen)
-    reference = values.new_zeros((37, *values.shape[1:])).index_add_(0, index, values)
-    assert torch.equal(add_rows(37, index, values), reference)
-
-
-def test_gather_rows_has_the_gradient_of_index_select() -> None:
-    gen = torch.Generator().manual_seed(1)
-    index = torch.randint(0, 9, (40,), generator=gen)
-    for shape in ((9,), (9, 3)):
-        table = torch.randn(shape, generator=gen, dtype=torch.float64, requires_grad=True)
-        weights = torch.randn((40, *shape[1:]), generator=gen, dtype=torch.float64)
-        out = gather_rows(table, index)
-        assert torch.equal(out, table.detach()[index])
-        (grad,) = torch.autograd.grad((out * weights).sum(), table)
-        (reference,) = torch.autograd.grad((table.index_select(0, index) * weights).sum(), table)
-        assert grad.is_contiguous() and torch.allclose(grad, reference, rtol=0, atol=1e-12)
-        assert torch.autograd.gradcheck(lambda t: gather_rows(t, index), (table,))
-
-
-@pytest.mark.parametrize("n_rows, size, dtype", [(10, 7, torch.int64), (1, 1, torch.int64), (50, 20_000, torch.int64),
-                                                  (1_000_000, 8192, torch.int64), (300, 1000, torch.int32),
-                                                  (2 ** 61, 100, torch.int64)])  # too large to pack: torch.unique
-def test_distinct_rows_is_torch_unique(n_rows, size, dtype) -> None:
-    gen = torch.Generator().manual_seed(size)
-    for _ in range(3):
-        index = torch.randint(0, n_rows, (size,), generator=gen, dtype=torch.int64).to(dtype)
-        rows, inverse = distinct_rows(index)
-        expected = torch.unique(index, return_inverse=True)
-        assert torch.equal(rows, expected[0]) and torch.equal(inverse, expected[1])
-        assert rows.dtype == index.dtype and inverse.dtype == index.dtype
