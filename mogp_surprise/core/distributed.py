@@ -191,6 +191,8 @@ class DataParallel:
             size = rows.numel() * int(np.prod(p.shape[1:], dtype=np.int64))
             block = flat[offset:offset + size].reshape(rows.numel(), *p.shape[1:])
             offset += size
+            if not rows.numel() and p.grad is None:  # a table with no gradient this step (accumulated elsewhere)
+                continue
             if row_sparse:
                 p.grad = torch.sparse_coo_tensor(rows.unsqueeze(0), block, p.shape, is_coalesced=True,
                                                  check_invariants=False)
@@ -198,6 +200,17 @@ class DataParallel:
                 p.grad.mul_(self.world_size)
                 p.grad.index_copy_(0, rows, block)
         return flat[0]
+
+
+    def all_reduce_implicit(self, side: int, gradient: Tensor) -> Tensor:
+        """The accumulated gradient of one side's implicit sums (core/implicit.py), summed over the ranks
+        (rows no step of the run touched since the last update are zero on every rank: only the others travel)."""
+        rows = torch.nonzero(gradient.abs().sum(1) > 0).squeeze(1)
+        rows = self.all_reduce(torch.zeros(gradient.shape[0], dtype=torch.uint8, device=gradient.device).index_fill_(
+            0, rows, 1), "sharing the rows of the implicit-feedback gradient", op="max").nonzero().squeeze(1)
+        out = torch.zeros_like(gradient)
+        out[rows] = self.all_reduce(gradient.index_select(0, rows))
+        return out
 
 
 def _unflatten(flat: Tensor, params: list[Tensor], put) -> None:
@@ -215,4 +228,7 @@ def touched_rows(module, index: Tensor) -> dict[int, Tensor]:
     forward pass already multiplies them whole by the who-rated-what graph.
     """
     rows = [distinct_rows(index[:, f])[0] for f in range(module.n_factors)]  # the model's one way to find them
-    return {id(table): rows[spec.factor] for _, spec, table in module.tables() if spec.feeds is None}
+    out = {id(table): rows[spec.factor] for _, spec, table in module.tables() if spec.feeds is None}
+    if module.implicit.accumulating:  # row-sparse: the implicit-feedback tables get no gradient per step
+        out.update({id(table): rows[0][:0] for _, spec, table in module.tables() if spec.feeds is not None})
+    return out

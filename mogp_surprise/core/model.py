@@ -93,6 +93,13 @@ class MWGPModule(nn.Module):
 
     # -- implicit feedback ---------------------------------------------------------------------------------
     @property
+    def supports_sparse_rows(self) -> bool:
+        """Whether every term can be trained row-sparsely: none has a penalty over every row that it cannot add
+        lazily (:meth:`~.terms.Term.row_update`)."""
+        return all(type(term).penalty is Term.penalty or type(term).row_update is not Term.row_update
+                   for term in self.terms)
+
+    @property
     def implicit_feedback(self) -> bool:
         return any(spec.feeds is not None for _, spec, _ in self.tables())
 
@@ -101,13 +108,32 @@ class MWGPModule(nn.Module):
         if self.implicit_feedback:
             self.implicit.set_graph(index, self.n_levels[:2], self.dtype)
 
-    def _implicit_sums(self) -> dict[tuple[str, str], Tensor]:
-        """For every fed table (term name, table name), the implicit sums of its feeding tables, full size."""
-        feeders = [(term, spec, table) for term, spec, table in self.tables() if spec.feeds is not None]
+    def _feeders(self) -> list[tuple[Term, Table, nn.Parameter]]:
+        return [(term, spec, table) for term, spec, table in self.tables() if spec.feeds is not None]
+
+    def _implicit_sums(self, batch: Batch | None = None) -> dict[tuple[str, str], Tensor]:
+        """For every fed table (term name, table name), the implicit sums of its feeding tables: of every level
+        (dense), or with a ``batch`` on the row-sparse path of that batch's levels only (:mod:`.implicit`)."""
+        feeders = self._feeders()
         if not feeders:
             return {}
-        sums = self.implicit.sums([(term.specs[spec.feeds].factor, table) for term, spec, table in feeders])
+        sides = [(term.specs[spec.feeds].factor, table) for term, spec, table in feeders]
+        if batch is None:
+            sums = self.implicit.sums(sides)
+        else:
+            sums = self.implicit.batch_sums(sides, {side: batch.levels(side)[0] for side in (0, 1)})
         return {(term.name, spec.feeds): s for (term, spec, _), s in zip(feeders, sums)}
+
+    def _sides(self) -> list[tuple[int, nn.Parameter]]:
+        return [(term.specs[spec.feeds].factor, table) for term, spec, table in self._feeders()]
+
+    def refresh_implicit(self) -> None:
+        """Row-sparse path: the implicit sums of every level from the feeding tables as they are (:mod:`.implicit`)."""
+        self.implicit.refresh(self._sides())
+
+    def flush_implicit(self, reduce=None) -> bool:
+        """Row-sparse path: the feeding tables' ``.grad`` from the steps since their last update (:mod:`.implicit`)."""
+        return self.implicit.flush(self._sides(), reduce)
 
     def effective_tables(self) -> dict[tuple[str, str], Tensor]:
         """Every table that :meth:`~.terms.Term.combine` reads, with its implicit sums added (full size)."""
@@ -119,11 +145,21 @@ class MWGPModule(nn.Module):
     def rating_parts(self, batch: Batch, tables: dict[tuple[str, str], Tensor] | None = None) -> RatingParts:
         """Every term's part of the predictive of ``batch``'s ratings, from the trained parameters (``tables``:
         those of :meth:`effective_tables`, if already formed)."""
-        tables = self.effective_tables() if tables is None else tables
+        if batch.sparse and self.implicit.accumulating:  # the row-sparse path: the minibatch's implicit sums only
+            sums = self._implicit_sums(batch)
+            tables = {(term.name, spec.name): table for term, spec, table in self.tables()}
+        else:
+            sums = {}
+            tables = self.effective_tables() if tables is None else tables
         parts = self.empty_parts(batch.n)
         for term in self.terms:
-            rows = {spec.name: Rows(batch.gather(tables[(term.name, spec.name)], spec.factor))
-                    for spec in term.direct_tables}
+            rows = {}
+            for spec in term.direct_tables:
+                key = (term.name, spec.name)
+                value = batch.gather(tables[key], spec.factor)
+                if key in sums:
+                    value = value + sums[key].index_select(0, batch.levels(spec.factor)[1])
+                rows[spec.name] = Rows(value)
             term.combine(rows, parts)
         return parts
 

@@ -55,3 +55,41 @@ def _row_adam(param, state, rows, grad, t, decay, beta1, beta2, eps, step_size):
             param[row, c] -= step_size * m / (math.sqrt(v) + eps)
         state[row, 2 * width] = t
     return reached  # used, so that the loads are kept
+
+
+def row_adam_offset_kl(param: np.ndarray, state: np.ndarray, rows: np.ndarray, grad: np.ndarray, t: int,
+                       cumulative: np.ndarray, inv_n: float, beta1: float, beta2: float, eps: float, step_size: float,
+                       threads: int) -> tuple[float, float]:
+    """:func:`_row_adam_offset_kl` on at most ``threads`` threads; returns the change of sum(mu^2 + v) and of
+    sum(log v) over the rows it updated."""
+    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+    return _row_adam_offset_kl(param, state, rows, grad, float(t), cumulative, inv_n, beta1, beta2, eps, step_size)
+
+
+@numba.njit(cache=True, parallel=True)
+def _row_adam_offset_kl(param, state, rows, grad, t, cumulative, inv_n, beta1, beta2, eps,
+                        step_size):  # pragma: no cover
+    """Lazy Adam on rows [mu, log v] of a noise-offset table whose KL to N(0, tau_s) is added lazily: a row last
+    moved at step t0 gets, for every step s in (t0, t], d/d mu = mu / (tau_s N) and d/d log v =
+    (v / tau_s - 1) / (2 N) at the value it kept, i.e. mu * (C[t] - C[t0]) and (v (C[t] - C[t0]) - (t - t0) / N) / 2
+    with C the cumulative sum of 1 / (tau_s N) (``cumulative``). ``state`` as in :func:`_row_adam` (width 2)."""
+    changed_square, changed_log = 0.0, 0.0
+    for j in numba.prange(rows.shape[0]):
+        row = rows[j]
+        last = state[row, 4]
+        drift = cumulative[int(t)] - cumulative[int(last)]
+        mu, logvar = np.float64(param[row, 0]), np.float64(param[row, 1])
+        g0 = grad[j, 0] + mu * drift
+        g1 = grad[j, 1] + 0.5 * (math.exp(logvar) * drift - (t - last) * inv_n)
+        m0 = beta1 * state[row, 0] + (1.0 - beta1) * g0
+        m1 = beta1 * state[row, 1] + (1.0 - beta1) * g1
+        v0 = beta2 * state[row, 2] + (1.0 - beta2) * g0 * g0
+        v1 = beta2 * state[row, 3] + (1.0 - beta2) * g1 * g1
+        state[row, 0], state[row, 1], state[row, 2], state[row, 3], state[row, 4] = m0, m1, v0, v1, t
+        new_mu = mu - step_size * m0 / (math.sqrt(v0) + eps)
+        new_logvar = logvar - step_size * m1 / (math.sqrt(v1) + eps)
+        param[row, 0], param[row, 1] = new_mu, new_logvar
+        stored_mu, stored_logvar = np.float64(param[row, 0]), np.float64(param[row, 1])  # as the table holds them
+        changed_square += stored_mu * stored_mu + math.exp(stored_logvar) - mu * mu - math.exp(logvar)
+        changed_log += stored_logvar - logvar
+    return changed_square, changed_log

@@ -21,7 +21,7 @@ from .kernels import Workspace
 from .laplace import laplace_variances
 from .model import MWGPModule
 from .objective import elbo, log_prior
-from .optim import TrainingOptimizer, uses_sparse_rows
+from .optim import TrainingOptimizer, implicit_update_interval, uses_sparse_rows
 from .posterior import MWGPPosterior
 from .rows import Batch
 
@@ -198,8 +198,15 @@ def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], co
 
     steps_per_epoch = math.ceil(n / batch)
     total_steps = config.n_epochs * steps_per_epoch
-    module.sparse_rows = uses_sparse_rows(config, tuple(n_levels), batch)
-    optimizer = TrainingOptimizer(module, config, n, total_steps, sparse=module.sparse_rows)
+    module.sparse_rows = uses_sparse_rows(config, tuple(n_levels), batch, n) and module.supports_sparse_rows
+    # row-sparse with implicit feedback: the implicit factors updated a few times per epoch, with the gradient of
+    # the steps in between (core/implicit.py)
+    accumulate = module.sparse_rows and module.implicit_feedback
+    refresh_every = implicit_update_interval(steps_per_epoch)
+    if accumulate:
+        module.implicit.start_accumulating()
+    optimizer = TrainingOptimizer(module, config, n, total_steps, sparse=module.sparse_rows,
+                                  implicit_steps=config.n_epochs * math.ceil(steps_per_epoch / refresh_every))
     phase = phase or {"phase": "choose"}
     run = _Run(module, [], [], [])
     order = torch.arange(n, device=device)  # the training ratings' current order (checkpointed)
@@ -222,7 +229,9 @@ def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], co
         perm = torch.randperm(n, generator=gen).to(device)
         idx_t, y_t, order = idx_t[perm], y_t[perm], order[perm]
         total = 0.0
-        for start in range(0, n, batch):
+        for k, start in enumerate(range(0, n, batch)):
+            if accumulate and module.implicit.cached[0] is None and module.implicit.cached[1] is None:
+                module.refresh_implicit()  # the first step (also of a resumed run)
             rows = slice(start, start + batch)
             size = min(start + batch, n) - start
             mine = rows if parallel is None else parallel.shard(rows)
@@ -241,6 +250,12 @@ def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], co
                     f"(now {config.lr}), increase `jitter` (now {config.jitter}) or use dtype='float64'")
             optimizer.step()
             total += value * size
+            if accumulate:
+                module.implicit.step_done()
+                if (k + 1) % refresh_every == 0 or start + batch >= n:  # (the epoch ends with an update)
+                    module.flush_implicit(None if parallel is None else parallel.all_reduce_implicit)
+                    optimizer.step_implicit()
+                    module.refresh_implicit()
         with torch.no_grad():
             prior = float(log_prior(module))
         run.history.append(total / n - prior / n)
@@ -253,6 +268,10 @@ def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], co
             saver.save(phase, epoch + 1, module, optimizer, gen, order, run)
     module.workspace = None
     module.sparse_rows = False
+    module.implicit.stop_accumulating()
+    for term in module.terms:  # (a term's lazy penalty ends with the run)
+        if getattr(term, "lazy", None) is not None:
+            term.lazy = None
     return run
 
 

@@ -2,6 +2,8 @@
 
     python _dp_worker.py CONFIG_JSON OUT [--die-at-step K] [--rank-data] [--row-sparse]
 
+(--row-sparse: the large-catalogue path, with implicit feedback's tables updated 3 times per epoch)
+
 Fits seeded synthetic ratings with ``fit_mwgp`` (data-parallel when WORLD_SIZE > 1) and saves the
 posterior's state from rank 0 to OUT; prints ``ERROR <type>: <message>`` on a failure.
 """
@@ -46,6 +48,7 @@ def main() -> None:
     if "--row-sparse" in sys.argv:  # the large-catalogue path on a small problem
         from mogp_surprise.core import optim
         optim.SPARSE_ROWS_PER_BATCH = 0.0
+        optim.IMPLICIT_UPDATES = 3  # (with implicit feedback: its tables updated every few steps)
     shift = parallel.rank if ("--rank-data" in sys.argv and parallel is not None) else 0
     index, y, levels = data(shift)
     try:

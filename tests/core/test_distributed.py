@@ -96,11 +96,17 @@ def test_steps_on_two_ranks_equal_one_process_on_the_union_of_their_batches(tmp_
     assert max_relative_difference(one, more) > 1e-4
 
 
-@pytest.mark.parametrize("batch", [451, 2999], ids=["uneven-shards", "an-empty-shard"])
-def test_row_sparse_steps_on_two_ranks_equal_one_process(tmp_path, batch):
+@pytest.mark.parametrize("batch, model", [
+    (451, {"noise": "homoscedastic", "implicit": False, "mf_rank": 2}),
+    (2999, {"noise": "homoscedastic", "implicit": False, "mf_rank": 2}),
+    (451, {"mf_rank": 2}),
+], ids=["uneven-shards", "an-empty-shard", "default-model"])
+def test_row_sparse_steps_on_two_ranks_equal_one_process(tmp_path, batch, model):
     """The large-catalogue path: row-sparse gradients all-reduced over the minibatch's rows, lazy prior
-    (with a minibatch of 2999 of 3000 ratings, the second step's one rating leaves rank 1 nothing)."""
-    params = {**SMALL, "n_epochs": 2, "batch_size": batch, "noise": "homoscedastic", "implicit": False, "mf_rank": 2}
+    (with a minibatch of 2999 of 3000 ratings, the second step's one rating leaves rank 1 nothing); the
+    default model adds the noise offsets' lazy KL and the implicit factors' accumulated gradient, summed
+    over the ranks at each of their updates."""
+    params = {**SMALL, "n_epochs": 2, "batch_size": batch, **model}
     one = fit_state(tmp_path, params, 1, "one", "--row-sparse")
     two = fit_state(tmp_path, params, 2, "two", "--row-sparse")
     assert max_relative_difference(one, two) <= SAME_RUN_RTOL

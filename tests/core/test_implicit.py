@@ -3,6 +3,7 @@ and their gradient are checked through the module in ``test_model.py``."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from mogp_surprise.core.implicit import implicit_graph
@@ -13,3 +14,37 @@ def test_implicit_graph_counts_repeated_pairs_once() -> None:
     nu, _, ni, _ = implicit_graph(index, (2, 3), torch.float64)
     np.testing.assert_allclose(nu.to_dense().numpy(), [[0, 2 ** -0.5, 2 ** -0.5], [0, 0, 1]])
     np.testing.assert_allclose(ni.to_dense().numpy(), [[0, 0], [1, 0], [2 ** -0.5, 2 ** -0.5]])
+
+
+def test_the_row_sparse_path_reads_exact_sums_and_flushes_the_mean_gradient_of_its_steps() -> None:
+    """Between two updates of the implicit tables, a row-sparse step's loss is the dense step's (the refreshed
+    sums are exact), and the gradient flushed at the update is the mean of the dense steps' gradients."""
+    from mogp_surprise.core.objective import elbo
+    from mogp_surprise.core.rows import Batch
+    from tests.core._modules import random_module
+
+    gen = torch.Generator().manual_seed(0)
+    index = torch.stack([torch.randint(0, 7, (60,), generator=gen), torch.randint(0, 5, (60,), generator=gen)], 1)
+    y = torch.randn(60, generator=gen, dtype=torch.float64)
+    mod = random_module((7, 5), 2, 4, seed=1, scale=0.5, heteroscedastic=True, implicit=True, mf_rank=2)
+    mod.set_implicit_graph(index)
+    feeders = [t for _, spec, t in mod.tables() if spec.feeds is not None]
+    assert len(feeders) == 4  # the GP inputs' and the bilinear factors' implicit tables, both sides
+    batches = [index[k * 20:(k + 1) * 20] for k in range(3)]
+    dense = []
+    for rows, part in zip(batches, y.split(20)):
+        loss = -elbo(mod, Batch(rows), part, 60, 1e-8)
+        dense.append((float(loss), torch.autograd.grad(loss, feeders)))
+    mod.implicit.start_accumulating()
+    mod.refresh_implicit()
+    for (rows, part), (value, _) in zip(zip(batches, y.split(20)), dense):
+        loss = -elbo(mod, Batch(rows, sparse=True), part, 60, 1e-8)
+        assert float(loss) == pytest.approx(value, rel=1e-12)
+        loss.backward()
+        assert all(t.grad is None for t in feeders)  # nothing reaches the tables per step
+        mod.implicit.step_done()
+    assert mod.flush_implicit()
+    for k, table in enumerate(feeders):
+        want = sum(grads[k] for _, grads in dense) / 3
+        np.testing.assert_allclose(table.grad.numpy(), want.numpy(), rtol=1e-10, atol=1e-13)
+    assert not mod.flush_implicit()  # nothing accumulated since

@@ -138,13 +138,17 @@ def test_when_every_row_is_touched_every_step_sparse_and_dense_adam_agree():
     assert not torch.equal(_tables(mods[0], "embedding")[0], _tables(module(3), "embedding")[0])
 
 
-def test_sparse_rows_only_for_large_catalogues_without_implicit_feedback_or_per_level_noise(monkeypatch):
+def test_sparse_rows_for_large_catalogues_and_with_implicit_feedback_for_large_data(monkeypatch):
     paper = MWGPConfig(**PAPER)
     assert uses_sparse_rows(paper, (900_000, 100_000), 8192)
     assert uses_sparse_rows(paper, (120_000, 20_000), 8192)
     assert not uses_sparse_rows(paper, (30_000, 3_000), 8192)  # the dense pass is still cheaper
     assert not uses_sparse_rows(paper, (6040, 3706), 8192)
-    assert not uses_sparse_rows(MWGPConfig(), (900_000, 100_000), 8192)
+    default = MWGPConfig()
+    assert uses_sparse_rows(default, (900_000, 100_000), 8192)  # every term on the row-sparse path too
+    assert not uses_sparse_rows(default, (6040, 3706), 8192, n_ratings=900_000)  # ML-1M: dense
+    assert uses_sparse_rows(default, (6040, 3706), 8192, n_ratings=3_000_000)  # the whole graph each step: not
+    assert not uses_sparse_rows(paper, (6040, 3706), 8192, n_ratings=3_000_000)  # (without implicit feedback)
     # between the two thresholds: row-sparse where the compiled update is available
     monkeypatch.setattr(optim, "row_kernel", lambda: None)
     assert not uses_sparse_rows(paper, (60_000, 10_000), 8192)
@@ -175,7 +179,7 @@ def test_a_fit_on_the_sparse_path_learns_and_resumes_exactly(monkeypatch, tmp_pa
         with pytest.raises(Stop):
             fit_mwgp(index, y, levels, cfg, checkpointing=Checkpointing(path, every=2))
     state = torch.load(path, weights_only=True)
-    row_adam = state["optimizer"]["optimizers"][1]["state"][0]  # the users' embeddings: [m, v, last step] per row
+    row_adam = state["optimizer"]["optimizers"][0]["state"][0]  # the users' embeddings: [m, v, last step] per row
     assert int(row_adam["step"]) == 4 * 20 and int(row_adam["rows"][:, -1].max()) == 4 * 20
     resumed = fit_mwgp(index, y, levels, cfg, checkpointing=Checkpointing(path, every=2, resume=True))
     assert same_posterior(whole, resumed)
@@ -206,3 +210,122 @@ def test_the_numba_kernel_and_torch_operations_update_the_same_rows(dtype, monke
         np.testing.assert_allclose(b.detach().numpy(), a.detach().numpy(), rtol=tol, atol=tol)
         np.testing.assert_allclose(opts[1].state[b]["rows"].numpy(), opts[0].state[a]["rows"].numpy(),
                                    rtol=tol, atol=tol)
+
+
+# -- the default model on the row-sparse path: lazy noise-offset KL, accumulated implicit feedback ------------
+DEFAULT = MWGPConfig(latent_dim=2, n_inducing=4, mf_rank=2, lr=0.05, lr_schedule="constant")
+
+
+def test_when_every_row_is_touched_every_step_the_default_models_sparse_path_is_dense_adam():
+    """Every level in every minibatch and the implicit factors updated every step: nothing is lazy or delayed,
+    so the row-sparse path (lazy KL of the noise offsets, tau's gradient from the running sums, the implicit
+    sums refreshed and their gradient flushed every step) takes the dense path's steps."""
+    full = torch.cartesian_prod(torch.arange(9), torch.arange(6))
+    y = torch.randn(full.shape[0], dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    mods = []
+    for sparse in (False, True):
+        mod = MWGPModule.from_config(DEFAULT, (9, 6)).double()
+        gen = torch.Generator().manual_seed(3)
+        with torch.no_grad():
+            for p in mod.parameters():
+                p.add_(0.3 * torch.randn(p.shape, generator=gen, dtype=torch.float64))
+        mod.set_implicit_graph(full)
+        mod.sparse_rows = sparse
+        mods.append(mod)
+    mods[1].implicit.start_accumulating()
+    opts = [TrainingOptimizer(mods[0], DEFAULT, 500, 5, sparse=False),
+            TrainingOptimizer(mods[1], DEFAULT, 500, 5, sparse=True, implicit_steps=5)]
+    assert mods[1].term("noise_offset").lazy is not None and opts[1].implicit is not None
+    for opt in opts:  # RowAdam and Adam put epsilon in different places: take it out of the comparison
+        for group in (g for o in [*opt.optimizers, *([opt.implicit] if opt.implicit else [])] for g in o.param_groups):
+            group["eps"] = 1e-30
+    for step in range(5):
+        for mod, opt in zip(mods, opts):
+            if mod.sparse_rows and step == 0:
+                mod.refresh_implicit()
+            opt.zero_grad()
+            (-elbo(mod, Batch(full, mod.sparse_rows), y, 500, 1e-6) / 500).backward()
+            opt.step()
+            if mod.sparse_rows:
+                mod.implicit.step_done()
+                assert mod.flush_implicit()
+                opt.step_implicit()
+                mod.refresh_implicit()
+    for (name, a), (_, b) in zip(mods[0].named_parameters(), mods[1].named_parameters()):
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-9, atol=1e-12, err_msg=name)
+    assert not torch.equal(mods[0].gp.inducing, MWGPModule.from_config(DEFAULT, (9, 6)).double().gp.inducing)
+
+
+def test_the_lazy_offset_kl_matches_a_written_out_reference(row_update):
+    """Per row [mu, log v], written out: Adam on the minibatch's rows only, each row's gradient being its data
+    gradient plus the KL's gradient, at the value it kept, for every step since it last moved, with the prior
+    variance tau of each of those steps (tau moves every step); the running sums follow the table."""
+    from mogp_surprise.core.terms.noise_offset import NoiseOffset
+
+    n, lr, b1, b2, eps = 50, 0.05, 0.9, 0.999, 1e-8
+    term = NoiseOffset((30,))
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        term.table("offset_0").copy_(torch.randn(30, 2, generator=gen) * 0.5)
+    table, reference = term.table("offset_0"), term.table("offset_0").detach().clone().double()
+    opt = optim.RowAdam([table], lr=lr, decay=[0.0], rules=[term.row_update(term.specs["offset_0"], n, 12)])
+    m, v = torch.zeros_like(reference), torch.zeros_like(reference)
+    last = torch.zeros(30, dtype=torch.int64)
+    taus = []
+    for step in range(1, 9):
+        with torch.no_grad():  # tau moves (the dense Adam's doing in training)
+            term.prior_logvar.fill_(-2.0 + 0.3 * step)
+        taus.append(float(torch.exp(term.prior_logvar[0])))
+        rows = torch.unique(torch.randint(0, 30 if step % 2 else 8, (6,), generator=gen))
+        grad = torch.randn(rows.shape[0], 2, generator=gen)
+        table.grad = torch.sparse_coo_tensor(rows.unsqueeze(0), grad, table.shape, is_coalesced=True)
+        opt.step()
+        for k, row in enumerate(rows.tolist()):
+            mu, logvar = reference[row]
+            missed = sum(1.0 / tau for tau in taus[int(last[row]):step]) / n  # the steps (last, step]
+            g = grad[k].double() + torch.stack([mu * missed, 0.5 * (torch.exp(logvar) * missed
+                                                                    - (step - int(last[row])) / n)])
+            m[row] = b1 * m[row] + (1 - b1) * g
+            v[row] = b2 * v[row] + (1 - b2) * g * g
+            last[row] = step
+            reference[row] -= lr * (1 - b2 ** step) ** 0.5 / (1 - b1 ** step) * m[row] / (v[row].sqrt() + eps)
+    assert int((last > 1).sum()) > 5  # rows that missed steps
+    np.testing.assert_allclose(table.detach().double().numpy(), reference.numpy(), rtol=2e-5, atol=2e-6)
+    values = table.detach().double()
+    want = torch.stack([(values[:, 0] ** 2 + torch.exp(values[:, 1])).sum(), values[:, 1].sum()])
+    np.testing.assert_allclose(term.lazy[0].sums.numpy(), want.numpy(), rtol=1e-9)
+    # and the noise term's KL from the running sums equals the KL over the whole table, value and tau's gradient
+    lazy_kl = term.penalty()
+    term.lazy = None
+    full_kl = term.penalty()
+    assert float(lazy_kl) == pytest.approx(float(full_kl), rel=1e-6)
+    assert float(torch.autograd.grad(lazy_kl, term.prior_logvar)[0][0]) == pytest.approx(
+        float(torch.autograd.grad(full_kl, term.prior_logvar)[0][0]), rel=1e-6)
+
+
+def test_a_default_model_fit_on_the_sparse_path_learns_and_resumes_exactly(monkeypatch, tmp_path):
+    from mogp_surprise.core.checkpoint import Checkpointing
+
+    from .test_checkpoint import Stop, interrupt_after, same_posterior
+
+    rng = np.random.default_rng(1)
+    n, levels = 4000, (200, 120)
+    index = np.stack([rng.integers(0, levels[0], n), rng.integers(0, levels[1], n)], 1)
+    a, b = rng.normal(size=(levels[0], 2)), rng.normal(size=(levels[1], 2))
+    y = np.clip(np.round(3 + (a[index[:, 0]] * b[index[:, 1]]).sum(1) + rng.normal(0, 0.3, n)), 1, 5)
+    cfg = MWGPConfig(mf_rank=2, n_inducing=32, n_epochs=20, batch_size=200, random_state=0, early_stopping=False)
+    monkeypatch.setattr(optim, "SPARSE_RATINGS_PER_BATCH", 0.0)
+    monkeypatch.setattr(optim, "IMPLICIT_UPDATES", 4)
+    whole = fit_mwgp(index, y, levels, cfg)
+    assert np.sqrt(np.mean((whole.posterior.predict(index)[0] - y) ** 2)) < 0.85 * np.std(y)  # measured 0.70
+    path = tmp_path / "c.pt"
+    with monkeypatch.context() as patch:
+        interrupt_after(patch, 5)
+        with pytest.raises(Stop):
+            fit_mwgp(index, y, levels, cfg, checkpointing=Checkpointing(path, every=1))
+    resumed = fit_mwgp(index, y, levels, cfg, checkpointing=Checkpointing(path, every=1, resume=True))
+    assert same_posterior(whole, resumed)
+    dense = fit_mwgp(index, y, levels, cfg.replace(n_epochs=1))  # (the flag does switch paths: not this one)
+    monkeypatch.setattr(optim, "SPARSE_RATINGS_PER_BATCH", 1e9)
+    assert not np.array_equal(fit_mwgp(index, y, levels, cfg.replace(n_epochs=1)).posterior.predict(index[:50])[0],
+                              dense.posterior.predict(index[:50])[0])

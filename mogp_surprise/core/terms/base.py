@@ -197,6 +197,13 @@ class Term(nn.Module):
         posterior), over every level; None: none."""
         return None
 
+    def row_update(self, spec: Table, n_data: int, total_steps: int) -> Any:
+        """How the row-sparse path updates this table: None for lazy Adam with the table's Gaussian prior as
+        lazy decay (the default); a term whose :meth:`penalty` touches the table's rows returns an object
+        that adds it lazily (``update(param, packed_rows, rows, grad, t, betas, eps, step_size, kernel)``,
+        ``state_dict``, ``load_state_dict``; see :class:`~.noise_offset.LazyOffsetKL`)."""
+        return None
+
     # -- after training -----------------------------------------------------------------------------------
     def population(self, spec: Table, values: Tensor, laplace_var: Tensor | None) -> tuple[Tensor, Tensor]:
         """Mean and variance of the distribution an unseen level's row is drawn from: the spread of the

@@ -12,6 +12,11 @@ is integrated over the learned ones: its factor is the average E[exp(s)] of the 
 The ELBO gets -sum_f sum_l KL(N(mu_fl, v_fl) || N(0, tau_f)) (:meth:`NoiseOffset.penalty`). A folded-in
 user's q(s_u) has the prior N(mean, var) of the users' q(s) (population: their means' mean; the
 variance of their means plus their mean variance) or the model's N(0, tau_user).
+
+On the row-sparse path (large catalogues) the KL is not formed over every level each step: a row gets
+the KL's gradient for every step since it last moved when it is next touched (:class:`LazyOffsetKL`: exact
+for the value the row kept, with tau_s of every step in between), and tau_f's gradient comes from
+sum_l (mu^2 + v) and sum_l log v, kept up to date as rows move (the KL's value is exact too).
 """
 from __future__ import annotations
 
@@ -50,6 +55,7 @@ class NoiseOffset(Term):
         super().__init__(n_levels, options, parameters)
         if parameters:  # log tau_f, learned
             self.prior_logvar = nn.Parameter(torch.full((len(self.n_levels),), math.log(INIT_PRIOR_VAR)))
+        self.lazy: list[LazyOffsetKL] | None = None  # the row-sparse path's lazy KL, one per factor
 
     def tables(self) -> list[Table]:
         # one row per level: [mu, log v] of q(s)
@@ -71,9 +77,21 @@ class NoiseOffset(Term):
     def penalty(self) -> Tensor:
         out = self.prior_logvar.new_zeros(())
         for f in range(len(self.n_levels)):
+            if self.lazy is not None:  # row-sparse: the rows' terms come lazily; tau's from the running sums
+                square, log_var = self.lazy[f].sums.to(self.prior_logvar)
+                n, tau_log = self.n_levels[f], self.prior_logvar[f]
+                out = out - 0.5 * (square * torch.exp(-tau_log) - n + n * tau_log - log_var)
+                continue
             table = self.table(f"offset_{f}")
             out = out - offset_kl(table[:, 0], table[:, 1], self.prior_logvar[f])
         return out
+
+    def row_update(self, spec: Table, n_data: int, total_steps: int) -> "LazyOffsetKL":
+        """The row-sparse update of an offset table: Adam with its KL added lazily (from now on, the penalty
+        uses the running sums this keeps)."""
+        if self.lazy is None:
+            self.lazy = [LazyOffsetKL(self, f, n_data, total_steps) for f in range(len(self.n_levels))]
+        return self.lazy[spec.factor]
 
     # -- fitted -----------------------------------------------------------------------------------------
     def population(self, spec: Table, values: Tensor, laplace_var: Tensor | None) -> tuple[Tensor, Tensor]:
@@ -107,3 +125,59 @@ class NoiseOffset(Term):
 
     def user_prior_precision(self, spec: Table, prior: str, fitted: Any) -> Tensor | None:
         return None  # q(s_u) is its own posterior: no Laplace variance
+
+
+class LazyOffsetKL:
+    """The row-sparse update of one factor's offset table (module docstring): lazy Adam whose rows get the KL's
+    gradient for every step since they last moved, and the running sums tau's gradient needs.
+
+    A row [mu, log v] last moved at step t0 gets, at step t, mu (C_t - C_t0) and (v (C_t - C_t0) - (t - t0) / N) / 2
+    added to its gradient, C_t = sum_{s <= t} 1 / (tau_s N) (``cumulative``, extended each step with the tau
+    the step's forward pass used: this update runs before Adam moves tau). ``sums`` = [sum_l (mu^2 + v),
+    sum_l log v] in float64, updated by the change of every row it moves.
+    """
+
+    def __init__(self, term: NoiseOffset, factor: int, n_data: int, total_steps: int) -> None:
+        self.term, self.factor, self.inv_n = term, factor, 1.0 / n_data
+        table = term.table(f"offset_{factor}").detach().double()
+        self.sums = torch.stack([(table[:, 0] ** 2 + torch.exp(table[:, 1])).sum(), table[:, 1].sum()])
+        self.cumulative = torch.zeros(total_steps + 2, dtype=torch.float64)
+
+    def state_dict(self) -> dict:
+        return {"sums": self.sums.clone(), "cumulative": self.cumulative.clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sums.copy_(state["sums"])
+        self.cumulative = state["cumulative"].clone()
+
+    @torch.no_grad()
+    def update(self, param: Tensor, packed_rows: Tensor, rows: Tensor, grad: Tensor, t: int, betas, eps: float,
+               step_size: float, kernel) -> None:
+        """Lazy Adam on ``param[rows]`` (``packed_rows``: RowAdam's per-row state [m, v, last step])."""
+        if t >= self.cumulative.shape[0]:  # more steps than planned (e.g. a resumed run): grow
+            self.cumulative = torch.cat([self.cumulative, torch.zeros_like(self.cumulative)])
+        tau_inv = float(torch.exp(-self.term.prior_logvar[self.factor].detach().double()))
+        self.cumulative[t] = self.cumulative[t - 1] + tau_inv * self.inv_n
+        beta1, beta2 = betas
+        if kernel is not None and param.device.type == "cpu":
+            square, log_var = kernel(param.detach().numpy(), packed_rows.numpy(), rows.numpy(),
+                                     grad.contiguous().numpy(), t, self.cumulative.numpy(), self.inv_n, beta1,
+                                     beta2, eps, step_size, torch.get_num_threads())
+            self.sums += torch.tensor([square, log_var], dtype=torch.float64)
+            return
+        values = param.index_select(0, rows)
+        packed = packed_rows.index_select(0, rows)
+        m, v, last = packed[:, :2], packed[:, 2:4], packed[:, 4]
+        drift = (self.cumulative[t] - self.cumulative[last.long()]).to(values)
+        catch_up = torch.stack([values[:, 0] * drift, 0.5 * (torch.exp(values[:, 1]) * drift
+                                                             - (t - last) * self.inv_n)], dim=1)
+        g = grad + catch_up
+        m.mul_(beta1).add_(g, alpha=1 - beta1)
+        v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+        last.fill_(t)
+        packed_rows.index_copy_(0, rows, packed)
+        new = values - step_size * m / (v.sqrt() + eps)
+        param.index_copy_(0, rows, new)
+        old64, new64 = values.double(), new.double()
+        self.sums += torch.stack([(new64[:, 0] ** 2 + torch.exp(new64[:, 1]) - old64[:, 0] ** 2
+                                   - torch.exp(old64[:, 1])).sum(), (new64[:, 1] - old64[:, 1]).sum()])
