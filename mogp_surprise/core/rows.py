@@ -38,6 +38,22 @@ class Batch:
             return sparse_gather(table, *self.levels(factor))
         return gather_rows(table, self.index[:, factor])
 
+    def gather_many(self, tables: list[Tensor], factor: int, extra: list[Tensor | None]) -> list[Tensor]:
+        """Row-sparse path: ``tables[k][index[:, factor]] + extra[k][levels]`` for every table at once (``extra``:
+        rows per distinct level of ``factor``, or None), with a row-sparse gradient for each table: the distinct
+        levels' rows of every table side by side, expanded to the ratings by one gather, and the gradient of the
+        ratings' rows summed per level by one scatter (instead of one of each per table)."""
+        rows, inverse = self.levels(factor)
+        widths = [t[0].numel() if t.dim() > 1 else 1 for t in tables]
+        extra_in = [e for e in extra if e is not None]
+        joined = _FactorRows.apply(rows, inverse, widths, [e is not None for e in extra], len(tables), *tables,
+                                   *extra_in)
+        out, start = [], 0
+        for table, width in zip(tables, widths):
+            out.append(joined[:, start:start + width] if table.dim() > 1 else joined[:, start])
+            start += width
+        return out
+
 
 def add_rows(n_rows: int, index: Tensor, values: Tensor) -> Tensor:
     """``zeros(n_rows, ...).index_add_(0, index, values)``: the sum of ``values`` per destination row.
@@ -121,3 +137,34 @@ def sparse_gather(table: Tensor, rows: Tensor, inverse: Tensor | None = None) ->
     if inverse is None:
         rows, inverse = distinct_rows(rows)
     return _Gather.apply(table, rows, inverse)
+
+
+class _FactorRows(torch.autograd.Function):
+    """Every table's rows of one factor's distinct levels side by side (plus per-level ``extra`` rows), expanded
+    to the ratings (:meth:`Batch.gather_many`); each table's gradient is a coalesced sparse COO tensor of its
+    distinct levels' rows, each extra's a dense one."""
+
+    @staticmethod
+    def forward(ctx, rows, inverse, widths, has_extra, n_tables, *tensors):
+        tables, extras = tensors[:n_tables], list(tensors[n_tables:])
+        compact = []
+        for table, width, plus in zip(tables, widths, has_extra):
+            part = table.index_select(0, rows).reshape(-1, width)
+            compact.append(part + extras.pop(0) if plus else part)
+        ctx.save_for_backward(rows, inverse)
+        ctx.widths, ctx.has_extra, ctx.shapes = widths, has_extra, [t.shape for t in tables]
+        return torch.cat(compact, dim=1).index_select(0, inverse)
+
+    @staticmethod
+    def backward(ctx, grad):
+        rows, inverse = ctx.saved_tensors
+        compact = add_rows(rows.shape[0], inverse, grad)
+        table_grads, extra_grads, start = [], [], 0
+        for width, plus, shape in zip(ctx.widths, ctx.has_extra, ctx.shapes):
+            part = compact[:, start:start + width]
+            start += width
+            table_grads.append(torch.sparse_coo_tensor(rows.unsqueeze(0), part.reshape(-1, *shape[1:]).contiguous(),
+                                                       shape, is_coalesced=True, check_invariants=False))
+            if plus:
+                extra_grads.append(part)
+        return (None, None, None, None, None, *table_grads, *extra_grads)
