@@ -202,8 +202,8 @@ class DataParallel:
         return flat[0]
 
 
-    def all_reduce_implicit(self, side: int, gradient: Tensor) -> Tensor:
-        """The accumulated gradient of one side's implicit sums (core/implicit.py), summed over the ranks
+    def all_reduce_implicit(self, gradient: Tensor) -> Tensor:
+        """The accumulated gradient of one feeding table's implicit sums (core/implicit.py), summed over the ranks
         (rows no step of the run touched since the last update are zero on every rank: only the others travel)."""
         rows = torch.nonzero(gradient.abs().sum(1) > 0).squeeze(1)
         rows = self.all_reduce(torch.zeros(gradient.shape[0], dtype=torch.uint8, device=gradient.device).index_fill_(

@@ -86,6 +86,23 @@ def offset_kl_kernel():
     return row_adam_offset_kl
 
 
+def csr_product_kernels():
+    """:func:`~.row_kernel.csr_product` and :func:`~.row_kernel.csr_transposed_product` (numba), or ``None`` where
+    the row kernel is not available."""
+    if row_kernel() is None:
+        return None
+    from .row_kernel import csr_product, csr_transposed_product
+    return csr_product, csr_transposed_product
+
+
+def add_rows_kernel():
+    """:func:`~.row_kernel.add_into_rows` (numba), or ``None`` where the row kernel is not available."""
+    if row_kernel() is None:
+        return None
+    from .row_kernel import add_into_rows
+    return add_into_rows
+
+
 @functools.cache
 def row_kernel():
     """:func:`~.row_kernel.row_adam` (numba), or ``None`` where numba is not installed or cannot compile it."""

@@ -230,7 +230,7 @@ def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], co
         idx_t, y_t, order = idx_t[perm], y_t[perm], order[perm]
         total = 0.0
         for k, start in enumerate(range(0, n, batch)):
-            if accumulate and module.implicit.cached[0] is None and module.implicit.cached[1] is None:
+            if accumulate and module.implicit.cached is None:
                 module.refresh_implicit()  # the first step (also of a resumed run)
             rows = slice(start, start + batch)
             size = min(start + batch, n) - start

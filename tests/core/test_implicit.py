@@ -16,9 +16,19 @@ def test_implicit_graph_counts_repeated_pairs_once() -> None:
     np.testing.assert_allclose(ni.to_dense().numpy(), [[0, 0], [1, 0], [2 ** -0.5, 2 ** -0.5]])
 
 
-def test_the_row_sparse_path_reads_exact_sums_and_flushes_the_mean_gradient_of_its_steps() -> None:
+@pytest.mark.parametrize("kernels", [True, False])
+def test_the_row_sparse_path_reads_exact_sums_and_flushes_the_mean_gradient_of_its_steps(kernels,
+                                                                                       monkeypatch) -> None:
     """Between two updates of the implicit tables, a row-sparse step's loss is the dense step's (the refreshed
-    sums are exact), and the gradient flushed at the update is the mean of the dense steps' gradients."""
+    sums are exact), and the gradient flushed at the update is the mean of the dense steps' gradients; with
+    numba's kernels and with torch's operations."""
+    import mogp_surprise.core.optim as optim
+
+    if kernels and optim.row_kernel() is None:
+        pytest.skip("numba is not installed: the kernels are not used")
+    if not kernels:
+        for name in ("csr_product_kernels", "add_rows_kernel"):
+            monkeypatch.setattr(optim, name, lambda: None)
     from mogp_surprise.core.objective import elbo
     from mogp_surprise.core.rows import Batch
     from tests.core._modules import random_module
@@ -48,3 +58,29 @@ def test_the_row_sparse_path_reads_exact_sums_and_flushes_the_mean_gradient_of_i
         want = sum(grads[k] for _, grads in dense) / 3
         np.testing.assert_allclose(table.grad.numpy(), want.numpy(), rtol=1e-10, atol=1e-13)
     assert not mod.flush_implicit()  # nothing accumulated since
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("kernels", [True, False])
+def test_graph_products_by_rows_by_columns_and_by_torch_agree(dtype, kernels, monkeypatch) -> None:
+    """The row-sparse path's whole-graph products (numba by output rows, numba through the transpose when the
+    table read is larger than the output, torch without numba) equal the dense product; ``out`` is reused."""
+    import mogp_surprise.core.optim as optim
+    from mogp_surprise.core.implicit import graph_product
+
+    if kernels and optim.csr_product_kernels() is None:
+        pytest.skip("numba is not installed: the kernels are not used")
+    if not kernels:
+        monkeypatch.setattr(optim, "csr_product_kernels", lambda: None)
+    gen = torch.Generator().manual_seed(0)
+    index = torch.stack([torch.randint(0, 300, (2000,), generator=gen), torch.randint(0, 40, (2000,), generator=gen)], 1)
+    nu, nu_t, ni, ni_t = implicit_graph(index, (300, 40), dtype)
+    for matrix, transposed, rows in ((nu, nu_t, 40), (ni, ni_t, 300), (nu_t, nu, 300), (ni_t, ni, 40)):
+        dense = torch.randn(rows, 5, generator=gen, dtype=dtype)
+        want = matrix.to_dense() @ dense
+        out = torch.full((matrix.shape[0], 5), float("nan"), dtype=dtype)
+        got = graph_product(matrix, transposed, dense, out)
+        assert got.data_ptr() == out.data_ptr()
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(graph_product(matrix, transposed, dense), want)
+
