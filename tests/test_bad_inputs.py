@@ -683,8 +683,8 @@ TABLE = [
         Raises(ValueError, r"`predict_dist\(testset\)` expects a sequence of \(uid, iid\[, r\]\) tuples"),
         "predict/surprise/predict_dist-ids-without-iid"),
     row(lambda c: c.su.estimate(10 ** 6, 0),
-        Raises(ValueError, r"`index\[:, 0\]` must lie in \[-1, \d+\) \(-1 = unseen in training\), got range "
-                           r"\[1000000, 1000000\]"), "predict/surprise/estimate-inner-id-out-of-range"),
+        Raises(ValueError, r"`index\[0\]` must be an integer in \[-1, \d+\) \(-1 = unseen in training\), got "
+                           r"1000000"), "predict/surprise/estimate-inner-id-out-of-range"),
     row(lambda c: c.sk.posterior_.predict(np.array([[-2, 0]])),
         Raises(ValueError, r"`index\[:, 0\]` must lie in \[-1, \d+\) \(-1 = unseen in training\), got range "
                            r"\[-2, -2\]"), "predict/core/posterior-index-below-minus-1"),

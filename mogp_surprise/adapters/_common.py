@@ -89,6 +89,25 @@ class IdEncoder:
     def __contains__(self, value: Any) -> bool:
         return value in self.classes_
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_lookup", None)  # rebuilt on first use
+        return state
+
+    def lookup(self, value: Any) -> int | None:
+        """The inner index of one raw id that is a known id of the same type, else None (then
+        :meth:`transform` decides: an unseen id, or a known one of another type such as ``np.int64``).
+        A dict lookup: about 0.3 us against some 100 us for ``transform`` of one id."""
+        table = self.__dict__.get("_lookup")
+        if table is None:
+            ids = self.classes_.tolist()
+            table = self._lookup = ({v: i for i, v in enumerate(ids)}, ids)
+        try:
+            pos = table[0].get(value)
+        except TypeError:  # unhashable
+            return None
+        return pos if pos is not None and type(table[1][pos]) is type(value) else None
+
 
 def _as_object(values) -> np.ndarray:
     """Raw ids as a 1-D array in which every id keeps its own type: from a list ``[1, "a"]`` stay an int

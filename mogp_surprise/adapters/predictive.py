@@ -31,6 +31,11 @@ class PredictiveAlgo(AlgoBase):
     def _moments(self, index: np.ndarray, include_noise: bool = True) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError
 
+    def _pair_moments(self, index: tuple[int, int], include_noise: bool = True) -> tuple[float, float]:
+        """``_moments`` of one inner (user, item) pair as floats; a subclass may serve it faster."""
+        mean, var = self._moments(np.array([index], dtype=np.int64), include_noise)
+        return float(mean[0]), float(var[0])
+
     def _check_fitted(self) -> Any:
         fitted = getattr(self, self._fitted_attr, None)
         if fitted is None:
@@ -63,13 +68,23 @@ class PredictiveAlgo(AlgoBase):
         """(n, 2) inner indices of raw ids, -1 for ids not in the training data."""
         return np.stack([self._inner_ids("user", users), self._inner_ids("item", items)], axis=1).reshape(-1, 2)
 
+    def _inner_pair(self, uid: Any, iid: Any) -> tuple[int, int]:
+        """Inner indices of one raw (user, item) pair: a dict lookup for known ids of their own type, the
+        general path (:func:`encode_ids`: unseen ids, the type-twin warning) otherwise."""
+        self._check_fitted()
+        users, items = self._encoders()
+        u, i = users.lookup(uid), items.lookup(iid)
+        if u is None or i is None:
+            u, i = (int(k) for k in self._inner_index([uid], [iid])[0])
+        return u, i
+
     # -- Surprise's contract ---------------------------------------------------------------------
     def estimate(self, u: Any, i: Any) -> tuple[float, dict[str, Any]]:
         """Predict from inner ids; Surprise passes ``'UKN__<raw id>'`` strings for unknown ones."""
         self._check_fitted()
-        index = np.array([[inner_or_unknown(u), inner_or_unknown(i)]], dtype=np.int64)
-        mean, var = self._moments(index)
-        return float(mean[0]), _details(float(var[0]), index[0])
+        index = (inner_or_unknown(u), inner_or_unknown(i))
+        mean, var = self._pair_moments(index)
+        return mean, _details(var, index)
 
     def predict(self, uid: Any, iid: Any, r_ui: float | None = None, clip: bool = True,
                 verbose: bool = False) -> Prediction:
@@ -79,7 +94,15 @@ class PredictiveAlgo(AlgoBase):
         ``was_impossible`` (False) and ``unknown_user`` / ``unknown_item``. ``verbose=True`` prints
         the prediction, as Surprise does. Raises ``NotFittedError`` before ``fit``.
         """
-        return self._predictions([(uid, iid, r_ui)], clip, verbose)[0]
+        index = self._inner_pair(uid, iid)
+        mean, var = self._pair_moments(index)
+        if clip:
+            low, high = self.trainset.rating_scale
+            mean = min(max(mean, low), high)
+        pred = Prediction(uid, iid, r_ui, mean, _details(var, index))
+        if verbose:  # Surprise's AlgoBase prints every prediction; tqdm.write keeps progress bars intact
+            tqdm.write(str(pred))
+        return pred
 
     def test(self, testset: Sequence[tuple[Any, Any, float]], verbose: bool = False) -> list[Prediction]:
         """Predictions for a whole testset in one pass; same output as ``AlgoBase.test``.
@@ -123,14 +146,15 @@ class PredictiveAlgo(AlgoBase):
         if scalar != _is_scalar_id(iid):
             raise ValueError(f"`uid` and `iid` must both be raw ids or both be sequences; got {_describe(uid)} and "
                              f"{_describe(iid)}")
-        users, items = ([uid], [iid]) if scalar else (list(uid), list(iid))
+        if scalar:
+            return self._pair_moments(self._inner_pair(uid, iid), include_noise)
+        users, items = list(uid), list(iid)
         if len(users) != len(items):
             raise ValueError(f"`uid` and `iid` must have the same length, got {len(users)} and {len(items)}")
-        mean, var = self._moments(self._inner_index(users, items), include_noise)
-        return (float(mean[0]), float(var[0])) if scalar else (mean, var)
+        return self._moments(self._inner_index(users, items), include_noise)
 
 
-def _details(var: float, index: np.ndarray) -> dict[str, Any]:
+def _details(var: float, index: Sequence[int]) -> dict[str, Any]:
     return {"var": var, "std": float(np.sqrt(var)), "was_impossible": False,
             "unknown_user": bool(index[0] < 0), "unknown_item": bool(index[1] < 0)}
 

@@ -133,6 +133,9 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
     def _moments(self, index: np.ndarray, include_noise: bool = True) -> tuple[np.ndarray, np.ndarray]:
         return self.posterior_.predict(index, include_noise=include_noise)
 
+    def _pair_moments(self, index: tuple[int, int], include_noise: bool = True) -> tuple[float, float]:
+        return self.posterior_.predict_pair(index, include_noise=include_noise)
+
     # -- recommendation and fold-in (UserModelMixin) -----------------------------------------------
     def recommend(self, uid: Any, n: int = 10, strategy: str = "mean", kappa: float = 1.0,
                   exclude_rated: bool = True, ratings: Any = None) -> pd.DataFrame:

@@ -27,16 +27,18 @@ _ROW_PAD, _ROW_BLOCK = 64, 1024
 
 
 def predictive(parts: RatingParts, f_mean: Tensor, f_var: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Mean, latent variance and noise variance of n ratings from the terms' parts and the moments of f."""
+    """Mean, latent variance and noise variance of n ratings from the terms' parts and the moments of f
+    (torch tensors, or numpy arrays on the one-pair path of :mod:`.serving`)."""
+    xp = parts.xp
     if parts.latent_log_scale is not None:
-        scale = torch.exp(parts.latent_log_scale)
+        scale = xp.exp(parts.latent_log_scale)
         f_mean, f_var = scale * f_mean, scale * scale * f_var
     mean = parts.mean + f_mean
     var = f_var if parts.mean_var is None else f_var + parts.mean_var
     if parts.log_noise is None:
-        noise = torch.exp(parts.log_noise_base).expand(parts.n)
+        noise = xp.broadcast_to(xp.exp(parts.log_noise_base), (parts.n,))
     else:
-        noise = torch.exp(parts.log_noise + 0.5 * parts.log_noise_var)
+        noise = xp.exp(parts.log_noise + 0.5 * parts.log_noise_var)
     return mean, var, noise
 
 

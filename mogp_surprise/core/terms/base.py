@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -105,6 +106,11 @@ class RatingParts:
     @property
     def n(self) -> int:
         return int(self.mean.shape[0])
+
+    @property
+    def xp(self) -> Any:
+        """The namespace of the parts' arrays: ``torch`` or ``numpy`` (both have ``exp``, ``log``, ...)."""
+        return torch if isinstance(self.mean, Tensor) else np
 
     def add_mean(self, value: Tensor, var: Tensor | None = None) -> None:
         self.mean = self.mean + value

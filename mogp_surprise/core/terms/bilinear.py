@@ -47,14 +47,15 @@ class Bilinear(Term):
     def combine(self, rows: dict[str, Rows], parts: RatingParts) -> None:
         p, q = rows["factor_0"], rows["factor_1"]
         mean = (p.value * q.value).sum(-1)
-        var = None
-        if p.var is not None:
+        # Var[p.q] for independent p, q: sum of p_var q^2 + q_var p^2 + p_var q_var = p_var (q^2 + q_var) + q_var p^2
+        if p.var is None and q.var is None:
+            var = None
+        elif q.var is None:
             var = (p.var * q.value * q.value).sum(-1)
-        if q.var is not None:
-            term = (q.var * p.value * p.value).sum(-1)
-            var = term if var is None else var + term
-        if p.var is not None and q.var is not None:
-            var = var + (p.var * q.var).sum(-1)
+        elif p.var is None:
+            var = (q.var * p.value * p.value).sum(-1)
+        else:
+            var = (p.var * (q.value * q.value + q.var) + q.var * p.value * p.value).sum(-1)
         parts.add_mean(mean, var)
 
     @torch.no_grad()

@@ -64,7 +64,7 @@ class NoiseOffset(Term):
     def combine(self, rows: dict[str, Rows], parts: RatingParts) -> None:
         for f in range(len(self.n_levels)):
             row = rows[f"offset_{f}"].value
-            parts.add_log_noise(row[..., 0], torch.exp(row[..., 1]))
+            parts.add_log_noise(row[..., 0], parts.xp.exp(row[..., 1]))
 
     @torch.no_grad()
     def initialise(self, init: Any) -> None:
