@@ -130,10 +130,10 @@ class FittedGP:
         dims = self.dims([factor])
         return self.kernel().block(dims).expectations(mean, var, self.inducing[:, dims])
 
-    def moments(self, inputs: list, psi: list) -> tuple[Tensor, Tensor]:
+    def moments(self, inputs: list, psi: list, variance: bool = True) -> tuple[Tensor, Tensor | None]:
         """E[f] and Var[f] of n ratings whose GP inputs are ``inputs`` (one :class:`~.terms.Rows` per factor:
         the rows of a known level, with their variance or None, or an unseen level's population, whose
-        kernel expectations are ``psi[f]``)."""
+        kernel expectations are ``psi[f]``); ``variance=False``: E[f] alone (the same values) and None."""
         known = [f for f, rows in enumerate(inputs) if not rows.unseen]
         unseen = [f for f, rows in enumerate(inputs) if rows.unseen]
         n = inputs[0].value.shape[0]
@@ -147,15 +147,18 @@ class FittedGP:
             kk = kernel.cross(x, z)  # one GEMM + exp
         else:
             kk = self.outputscale * torch.ones(n, self.n_inducing, dtype=self.w.dtype, device=self.w.device)
+        lin = self.w
+        for f in unseen:
+            lin = lin * psi[f][0]
+        mean = kk @ lin
+        if not variance:
+            return mean, None
         if unseen:  # (M + w w^T) ⊙ Psi2 and w ⊙ psi1 over the unseen factors: m x m work per call
             quad = self.M + torch.outer(self.w, self.w)
-            lin = self.w
             for f in unseen:
                 quad = quad * psi[f][1]
-                lin = lin * psi[f][0]
         else:
-            quad, lin = self.M, self.w
-        mean = kk @ lin
+            quad = self.M
         var = self.outputscale + ((kk @ quad) * kk).sum(-1)
         input_var = [inputs[f].var for f in known]
         if known and all(v is not None for v in input_var):  # uncertain known inputs: the delta method

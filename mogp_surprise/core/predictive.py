@@ -26,14 +26,18 @@ from .terms import RatingParts, Rows
 _ROW_PAD, _ROW_BLOCK = 64, 1024
 
 
-def predictive(parts: RatingParts, f_mean: Tensor, f_var: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def predictive(parts: RatingParts, f_mean: Tensor, f_var: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
     """Mean, latent variance and noise variance of n ratings from the terms' parts and the moments of f
-    (torch tensors, or numpy arrays on the one-pair path of :mod:`.serving`)."""
+    (torch tensors, or numpy arrays on the one-pair path of :mod:`.serving`). Without ``f_var`` (the
+    means alone, as top-N ranking by the mean needs) the two variances are ``None``."""
     xp = parts.xp
     if parts.latent_log_scale is not None:
         scale = xp.exp(parts.latent_log_scale)
-        f_mean, f_var = scale * f_mean, scale * scale * f_var
+        f_mean = scale * f_mean
+        f_var = None if f_var is None else scale * scale * f_var
     mean = parts.mean + f_mean
+    if f_var is None:
+        return mean, None, None
     var = f_var if parts.mean_var is None else f_var + parts.mean_var
     if parts.log_noise is None:
         noise = xp.broadcast_to(xp.exp(parts.log_noise_base), (parts.n,))
@@ -69,25 +73,31 @@ def noise_variances(state: PosteriorState, index: Tensor) -> Tensor:
     return predictive(parts, parts.mean.new_zeros(()), parts.mean.new_zeros(()))[2]
 
 
-def predictive_moments(state: PosteriorState, psi: list, index: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def predictive_moments(state: PosteriorState, psi: list, index: Tensor,
+                        variance: bool = True) -> tuple[Tensor, Tensor, Tensor]:
     """Mean, latent variance and noise variance at index tuples (-1: unseen), standardised units.
 
     ``psi``: the kernel expectations of every factor's unseen-level population (:meth:`~.gp.FittedGP.expectations`).
+    ``variance=False``: the means alone (bit-identical to those with the variances), the variances ``None``;
+    an m-vector instead of an m x m product per rating.
     """
     n_factors = index.shape[1]
     pattern = ((index < 0).long() * (2 ** torch.arange(n_factors, device=index.device))).sum(1)
     patterns = torch.unique(pattern).tolist()
     if len(patterns) == 1:
-        return _pattern_moments(state, psi, index, patterns[0])
-    out = [torch.empty(index.shape[0], dtype=state.gp.w.dtype, device=index.device) for _ in range(3)]
+        return _pattern_moments(state, psi, index, patterns[0], variance)
+    out = [torch.empty(index.shape[0], dtype=state.gp.w.dtype, device=index.device) if variance or not k
+           else None for k in range(3)]
     for p in patterns:
         rows = (pattern == p).nonzero().squeeze(1)
-        for target, part in zip(out, _pattern_moments(state, psi, index[rows], p)):
-            target[rows] = part
+        for target, part in zip(out, _pattern_moments(state, psi, index[rows], p, variance)):
+            if target is not None:
+                target[rows] = part
     return out[0], out[1], out[2]
 
 
-def _pattern_moments(state: PosteriorState, psi: list, index: Tensor, pattern: int) -> tuple[Tensor, Tensor, Tensor]:
+def _pattern_moments(state: PosteriorState, psi: list, index: Tensor, pattern: int,
+                     variance: bool = True) -> tuple[Tensor, Tensor, Tensor]:
     """Moments for rows that share one pattern of unseen factors (bit f of ``pattern``: factor f unseen).
 
     The rows are padded to a multiple of ``_ROW_PAD`` (copies of the first row) and computed in
@@ -102,17 +112,21 @@ def _pattern_moments(state: PosteriorState, psi: list, index: Tensor, pattern: i
     if pad:
         index = torch.cat([index, index[:1].expand(pad, -1)])
     unseen = tuple(bool(pattern >> f & 1) for f in range(index.shape[1]))
-    parts = [_rows_moments(state, psi, index[start:start + _ROW_BLOCK], unseen, pattern)
+    parts = [_rows_moments(state, psi, index[start:start + _ROW_BLOCK], unseen, pattern, variance)
              for start in range(0, n + pad, _ROW_BLOCK)]
+    if not variance:
+        return torch.cat([p[0] for p in parts])[:n], None, None
     joined = parts[0] if len(parts) == 1 else tuple(torch.cat(t) for t in zip(*parts))
     return joined[0][:n], joined[1][:n], joined[2][:n]
 
 
 def _rows_moments(state: PosteriorState, psi: list, index: Tensor, unseen: tuple[bool, ...],
-                  pattern: int) -> tuple[Tensor, Tensor, Tensor]:
+                  pattern: int, variance: bool = True) -> tuple[Tensor, Tensor, Tensor]:
     parts = pattern_parts(state, index, unseen)
-    f_mean, f_var = state.gp.moments(parts.inputs, psi)
+    f_mean, f_var = state.gp.moments(parts.inputs, psi, variance)
     mean, var, noise = predictive(parts, f_mean, f_var)
+    if var is None:
+        return mean, None, None
     if pattern:
         var = var * state.cold_scale[pattern]
     floor = torch.finfo(var.dtype).eps * state.gp.outputscale

@@ -67,14 +67,15 @@ def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: st
     device = posterior.device
     all_items = torch.arange(n_items, device=device)
     per_chunk = max(1, (chunk_size or posterior.chunk_size) // n_items)
+    sign = {"mean": 0.0, "lcb": -1.0, "ucb": 1.0}[strategy]
     for start in range(0, k, per_chunk):
         block = torch.as_tensor(users[start:start + per_chunk], device=device)
         b = block.shape[0]
         index = torch.stack([block.repeat_interleave(n_items), all_items.repeat(b)], dim=1)
-        mean, var = posterior.moments(index)
-        mean, std = mean.view(b, n_items), var.sqrt().view(b, n_items)
-        sign = {"mean": 0.0, "lcb": -1.0, "ucb": 1.0}[strategy]
-        score = mean + sign * kappa * std if sign else mean.clone()
+        # ranking by the mean needs no variance: only the n chosen items' (the predictive is batch-invariant)
+        mean, var = posterior.moments(index, variance=bool(sign))
+        mean = mean.view(b, n_items)
+        score = mean + sign * kappa * var.sqrt().view(b, n_items) if sign else mean
         if exclude is not None:
             for row in range(b):
                 banned = np.asarray(exclude[start + row], dtype=np.int64)
@@ -82,9 +83,11 @@ def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: st
                     score[row, torch.as_tensor(banned, device=device)] = -math.inf
         best_score, best = torch.topk(score, width, dim=1)
         valid = torch.isfinite(best_score)
+        chosen = torch.stack([block.repeat_interleave(width), best.reshape(-1)], dim=1)
+        best_mean, best_var = posterior.moments(chosen)
         rows = slice(start, start + b)
         out_items[rows] = best.masked_fill(~valid, -1).cpu().numpy()
-        picked = {"mean": torch.gather(mean, 1, best), "std": torch.gather(std, 1, best), "score": best_score}
+        picked = {"mean": best_mean.view(b, width), "std": best_var.sqrt().view(b, width), "score": best_score}
         for name, values in picked.items():
             out[name][rows] = values.masked_fill(~valid, math.nan).double().cpu().numpy()
     return TopN(out_items, out["mean"], out["std"], out["score"])

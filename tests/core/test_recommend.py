@@ -67,3 +67,17 @@ def test_bad_arguments(posterior, kwargs, match):
 def test_user_out_of_range(posterior):
     with pytest.raises(ValueError, match="user indices"):
         top_n(posterior, np.array([N_USERS]))
+
+
+def test_means_alone_equal_the_full_predictive(posterior):
+    """Ranking by the mean computes the means without the variances: they are the same numbers, every pattern."""
+    import torch
+    rng = np.random.default_rng(1)
+    index = np.stack([rng.integers(-1, N_USERS, 300), rng.integers(-1, N_ITEMS, 300)], 1)
+    index_t = torch.as_tensor(index)
+    mean_only, none = posterior.moments(index_t, variance=False)
+    mean, var = posterior.moments(index_t)
+    assert none is None
+    np.testing.assert_array_equal(mean_only.numpy(), mean.numpy())
+    res = top_n(posterior, np.array([2, -1]), n=5, strategy="mean")
+    np.testing.assert_array_equal(res.score, res.mean)  # scored by the means alone, reported from the full predictive
