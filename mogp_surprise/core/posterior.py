@@ -20,7 +20,7 @@ from .calibration import cold_start_scales
 from .errors import check_int
 from .laplace import LaplaceVariances
 from .model import MWGPModule
-from .predictive import predictive_moments
+from .predictive import catalogue_moments, predictive_moments
 from .serving import pair_predictor
 from .state import FittedTable, FittedTerm, FoldedUser, PosteriorState
 
@@ -309,6 +309,19 @@ class MWGPPosterior:
         if include_noise:
             var = var + noise
         return mean * self.rating_std + self.rating_mean, var * self.rating_std ** 2
+
+    @torch.no_grad()
+    def catalogue_moments(self, user: int, include_noise: bool = True,
+                          variance: bool = True) -> tuple[Tensor, Tensor | None]:
+        """Like :meth:`moments` for one (validated) user index with every item, for ranking: the same values
+        up to float rounding, in one product (:func:`~.predictive.catalogue_moments`)."""
+        if self.cold_users is not None and user >= 0 and bool(self.cold_users[user]):
+            user = -1
+        mean, var, noise = catalogue_moments(self.state, self.psi, user, variance)
+        mean = mean * self.rating_std + self.rating_mean
+        if not variance:
+            return mean, None
+        return mean, (var + noise if include_noise else var) * self.rating_std ** 2
 
     @torch.no_grad()
     def standardised_moments(self, index: Tensor, variance: bool = True) -> tuple[Tensor, Tensor, Tensor]:

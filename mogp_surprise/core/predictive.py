@@ -120,9 +120,37 @@ def _pattern_moments(state: PosteriorState, psi: list, index: Tensor, pattern: i
     return joined[0][:n], joined[1][:n], joined[2][:n]
 
 
+def catalogue_moments(state: PosteriorState, psi: list, user: int,
+                      variance: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`predictive_moments` of one user (-1: unseen) with every item of a (user, item) model, for
+    ranking: the user's rows broadcast, the item tables read whole, one product (the same values as
+    :func:`predictive_moments` up to float rounding, which sums in other blocks)."""
+    n = state.n_levels[1]
+    unseen = (user < 0, False)
+    level = torch.tensor([max(user, 0)], device=state.gp.w.device)
+    parts = RatingParts(mean=state.global_mean.expand(n), log_noise_base=torch.log(state.noise_variance),
+                        inputs=[None, None])
+    for fitted in state.terms:
+        rows = {}
+        for spec in fitted.term.direct_tables:
+            table = fitted.tables[spec.name]
+            if spec.factor == 0:
+                one = table_rows(table, level, unseen[0], 1)
+                rows[spec.name] = Rows(one.value.expand(n, *one.value.shape[1:]),
+                                       None if one.var is None else one.var.expand(n, *one.var.shape[1:]), one.unseen)
+            else:
+                rows[spec.name] = Rows(table.values, table.laplace_var)
+        fitted.term.combine(rows, parts)
+    return _moments_of_parts(state, psi, parts, int(unseen[0]), variance)
+
+
 def _rows_moments(state: PosteriorState, psi: list, index: Tensor, unseen: tuple[bool, ...],
                   pattern: int, variance: bool = True) -> tuple[Tensor, Tensor, Tensor]:
-    parts = pattern_parts(state, index, unseen)
+    return _moments_of_parts(state, psi, pattern_parts(state, index, unseen), pattern, variance)
+
+
+def _moments_of_parts(state: PosteriorState, psi: list, parts: RatingParts, pattern: int,
+                      variance: bool) -> tuple[Tensor, Tensor, Tensor]:
     f_mean, f_var = state.gp.moments(parts.inputs, psi, variance)
     mean, var, noise = predictive(parts, f_mean, f_var)
     if var is None:

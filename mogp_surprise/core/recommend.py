@@ -50,7 +50,11 @@ def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: st
     exclude : sequence of k int arrays, optional
         Inner item indices never to recommend to each user (e.g. those already rated).
     chunk_size : int, optional
-        (user, item) pairs scored at once; defaults to the posterior's ``chunk_size``.
+        (user, item) pairs whose predictive is reported at once; defaults to the posterior's ``chunk_size``.
+
+    Each user's catalogue is scored in one product (:meth:`~.posterior.MWGPPosterior.catalogue_moments`;
+    by the mean: the means alone); the reported mean and std are the chosen items' predictive, as
+    :meth:`~.posterior.MWGPPosterior.predict` gives them, and the reported score is computed from them.
     """
     check_strategy(strategy, kappa, n)
     if posterior.n_factors != 2:
@@ -65,29 +69,31 @@ def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: st
     out_items = np.full((k, width), -1, dtype=np.int64)
     out = {name: np.full((k, width), np.nan) for name in ("mean", "std", "score")}
     device = posterior.device
-    all_items = torch.arange(n_items, device=device)
-    per_chunk = max(1, (chunk_size or posterior.chunk_size) // n_items)
     sign = {"mean": 0.0, "lcb": -1.0, "ucb": 1.0}[strategy]
+    per_chunk = max(1, (chunk_size or posterior.chunk_size) // max(width, 1))
     for start in range(0, k, per_chunk):
-        block = torch.as_tensor(users[start:start + per_chunk], device=device)
-        b = block.shape[0]
-        index = torch.stack([block.repeat_interleave(n_items), all_items.repeat(b)], dim=1)
-        # ranking by the mean needs no variance: only the n chosen items' (the predictive is batch-invariant)
-        mean, var = posterior.moments(index, variance=bool(sign))
-        mean = mean.view(b, n_items)
-        score = mean + sign * kappa * var.sqrt().view(b, n_items) if sign else mean
-        if exclude is not None:
-            for row in range(b):
+        block = users[start:start + per_chunk]
+        b = len(block)
+        best_scores, bests = [], []
+        for row, user in enumerate(block.tolist()):
+            # ranking by the mean needs no variance; the reported values are the n chosen items' predictive
+            mean, var = posterior.catalogue_moments(user, variance=bool(sign))
+            score = mean + sign * kappa * var.sqrt() if sign else mean
+            if exclude is not None:
                 banned = np.asarray(exclude[start + row], dtype=np.int64)
                 if banned.size:
-                    score[row, torch.as_tensor(banned, device=device)] = -math.inf
-        best_score, best = torch.topk(score, width, dim=1)
+                    score[torch.as_tensor(banned, device=device)] = -math.inf
+            best_score, best = torch.topk(score, width)
+            best_scores.append(best_score)
+            bests.append(best)
+        best_score, best = torch.stack(best_scores), torch.stack(bests)
         valid = torch.isfinite(best_score)
-        chosen = torch.stack([block.repeat_interleave(width), best.reshape(-1)], dim=1)
+        chosen = torch.stack([torch.as_tensor(block, device=device).repeat_interleave(width), best.reshape(-1)], 1)
         best_mean, best_var = posterior.moments(chosen)
         rows = slice(start, start + b)
         out_items[rows] = best.masked_fill(~valid, -1).cpu().numpy()
-        picked = {"mean": best_mean.view(b, width), "std": best_var.sqrt().view(b, width), "score": best_score}
+        best_mean, best_std = best_mean.view(b, width), best_var.sqrt().view(b, width)
+        picked = {"mean": best_mean, "std": best_std, "score": best_mean + sign * kappa * best_std}
         for name, values in picked.items():
             out[name][rows] = values.masked_fill(~valid, math.nan).double().cpu().numpy()
     return TopN(out_items, out["mean"], out["std"], out["score"])
