@@ -2,7 +2,8 @@
 and the kernel.
 
 - every term draws its random starting values first (in term order), then sets those it takes from the
-  data (the GP inputs' PCA of the rating matrix, ``init="pca"``);
+  data (the biases' empirical-Bayes least squares, the GP inputs' PCA of the rating matrix with
+  ``init="pca"``);
 - inducing points: the GP inputs of m training ratings drawn at random (with a little noise, so that
   K_mm is well conditioned);
 - lengthscales: INIT_SCALE * sqrt(F r), so that typical kernel values are not vanishing.

@@ -126,10 +126,22 @@ def test_pickle_and_surprise_dump_round_trip(fitted, split, tmp_path):
 
 @pytest.mark.parametrize("n_jobs", [1, 2])
 def test_cross_validate(synthetic_data, n_jobs):
+    """Cross-validated MWGP learns the users' and the items' effects: on these ratings (noise std 0.3..1.2,
+    integer) almost all that can be learned, so it does as well as Surprise's BaselineOnly on the same folds.
+
+    Measured (RMSE / the training mean's): BaselineOnly 0.932 on average over the 3 folds (3 fold seeds),
+    MWGP(**FAST) 0.931..0.937 (fit seeds 0-3, fold seeds 0-2), i.e. 0.998..1.005 x BaselineOnly. A model of
+    the users' biases alone scores 0.960..0.964 (1.029..1.035 x BaselineOnly), of the items' alone
+    0.973..0.977 (1.044..1.047 x), the global mean 1 (1.072 x): all fail the 1.5 % allowance.
+    """
     res = cross_validate(MWGP(**FAST), synthetic_data, measures=["rmse", "mae"], cv=KFold(3, random_state=0),
                          n_jobs=n_jobs)
-    assert res["test_rmse"].shape == (3,)
-    assert np.all(res["test_rmse"] < 0.98 * constant_rmse(synthetic_data, KFold(3, random_state=0)))
+    base = cross_validate(BaselineOnly(verbose=False), synthetic_data, measures=["rmse"],
+                          cv=KFold(3, random_state=0))["test_rmse"]
+    assert res["test_rmse"].shape == res["test_mae"].shape == (3,)
+    assert res["test_rmse"].mean() < 1.015 * base.mean(), (res["test_rmse"], base)
+    # and on every fold clearly better than the training mean (measured per fold: at most 0.958 of it)
+    assert np.all(res["test_rmse"] < 0.975 * constant_rmse(synthetic_data, KFold(3, random_state=0)))
 
 
 def test_grid_search(synthetic_data):

@@ -75,3 +75,42 @@ def test_initial_factors_inducing_points_and_lengthscales() -> None:
     same = module((N_USERS, N_ITEMS), r, m, mf_rank=4).double()
     initialise(same, index, y, "random", torch.Generator().manual_seed(2))
     assert all(torch.equal(p, q) for p, q in zip(mod.parameters(), same.parameters()))
+
+
+def _reference_bias_start(index, y, n_levels, sweeps=5):
+    """The biases' empirical-Bayes start written out in numpy: per factor, level means of the residual shrunk
+    by n / (n + s2 / t2), s2 the within-level residual variance, t2 = var(level means) - s2 * mean(1 / n)."""
+    values = [np.zeros(n) for n in n_levels]
+    for _ in range(sweeps):
+        for f, n_f in enumerate(n_levels):
+            residual = y - sum(values[g][index[:, g]] for g in range(len(n_levels)) if g != f)
+            counts = np.bincount(index[:, f], minlength=n_f).astype(float)
+            sums = np.bincount(index[:, f], weights=residual, minlength=n_f)
+            seen = counts > 0
+            means = sums[seen] / counts[seen]
+            within = np.mean((residual - sums[index[:, f]] / counts[index[:, f]]) ** 2)
+            spread = means.var(ddof=1) - within * np.mean(1 / counts[seen])
+            values[f] = sums / (counts + within / max(spread, 1e-6 * within))
+    return values
+
+
+def test_biases_start_at_their_empirical_bayes_least_squares_values():
+    from mogp_surprise.core.initialization import InitContext
+    from mogp_surprise.core.terms.bias import Bias
+
+    rng = np.random.default_rng(0)
+    n_levels = (120, 60)
+    true_u, true_i = rng.normal(0, 0.5, n_levels[0]), rng.normal(0, 0.5, n_levels[1])
+    index = np.stack([rng.integers(0, n_levels[0], 3000), rng.integers(0, n_levels[1], 3000)], 1)
+    y = true_u[index[:, 0]] + true_i[index[:, 1]] + rng.normal(0, 0.7, 3000)
+    y[index[:, 1] == 7] = 2.0  # a constant item: its ratings agree, so it starts near their value
+    term = Bias(n_levels, {"bias_reg": 1.0}).double()
+    init = InitContext(torch.as_tensor(index), torch.as_tensor(y), n_levels, "pca", torch.Generator(),
+                       torch.float64, torch.device("cpu"))
+    term.initialise_from_data(init)
+    expected = _reference_bias_start(index, y, n_levels)
+    np.testing.assert_allclose(term.bias_0.detach().numpy(), expected[0], rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(term.bias_1.detach().numpy(), expected[1], rtol=1e-9, atol=1e-12)
+    assert np.corrcoef(expected[0], true_u)[0, 1] > 0.9
+    implied = term.bias_1[7].item() + term.bias_0.detach().numpy()[index[index[:, 1] == 7, 0]].mean()
+    assert abs(implied - 2.0) < 0.2

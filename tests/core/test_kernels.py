@@ -149,16 +149,28 @@ def test_workspace_is_reused_and_never_shared_between_live_graphs() -> None:
         for g, e in zip(got, exp):
             np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-12, atol=1e-14)
     # after the backward passes the buffers are free again and reused (same storage)
-    first = ws.acquire(9, 6, torch.float64, torch.device("cpu"))
+    cpu = torch.device("cpu")
+    first = ws.acquire(9, 6, torch.float64, cpu)
+    assert ws.acquire(9, 6, torch.float64, cpu) is None  # lent out: a second forward must allocate its own
     ws.release()
-    second = ws.acquire(4, 6, torch.float64, torch.device("cpu"))
-    assert first is not None and second is not None
-    assert first[0].data_ptr() == second[0].data_ptr()
+    second = ws.acquire(4, 6, torch.float64, cpu)
+    assert [tuple(b.shape) for b in first] == [(9, 6)] * 3
+    assert [tuple(b.shape) for b in second] == [(4, 6)] * 3
+    assert all(b.dtype == torch.float64 for b in first + second)
+    ptrs = [b.data_ptr() for b in first]
+    assert len(set(ptrs)) == 3  # three distinct blocks (K, K M, K diag(lambda))
+    assert [b.data_ptr() for b in second] == ptrs  # fewer rows: views on the same three blocks
     ws.release()
-    # a forward pass with no gradient needed gives the buffers straight back
+    # a forward pass with no gradient needed gives the buffers straight back: the next acquire lends the
+    # same three blocks again (none: they were kept lent out; other pointers: they were re-allocated)
     with torch.no_grad():
         data_fit(*_data_fit_inputs(2, seed=7), workspace=ws)
-    assert ws.acquire(9, 6, torch.float64, torch.device("cpu")) is not None
+    third = ws.acquire(9, 6, torch.float64, cpu) or ()
+    assert [b.data_ptr() for b in third] == ptrs
+    ws.release()
+    # another column count (a different m) cannot reuse them: fresh blocks of the new shape
+    other = ws.acquire(9, 5, torch.float64, cpu)
+    assert [tuple(b.shape) for b in other] == [(9, 5)] * 3 and other[0].data_ptr() not in ptrs
 
 
 def _psi_inputs(seed: int = 0):

@@ -1,11 +1,13 @@
 """fit_mwgp on small seeded synthetic data: convergence, determinism, accuracy, noise recovery, input checks."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import torch
 
-from mogp_surprise.core import MWGPConfig, MWGPPosterior, fit_mwgp
+from mogp_surprise.core import MWGPConfig, fit_mwgp
 from mogp_surprise.core.trainer import FitResult, validate_training_data
 
 N_USERS, N_ITEMS, N_TRAIN, N_TEST = 60, 40, 1500, 300
@@ -34,20 +36,35 @@ def data():
 
 
 @pytest.fixture(scope="module")
-def fitted(data) -> FitResult:
+def timed_fit(data) -> tuple[FitResult, float]:
+    """The fit and the wall-clock seconds measured around the call."""
     index, y, _, _ = data
-    return fit_mwgp(index, y, LEVELS, CONFIG)
+    started = time.perf_counter()
+    result = fit_mwgp(index, y, LEVELS, CONFIG)
+    return result, time.perf_counter() - started
+
+
+@pytest.fixture(scope="module")
+def fitted(timed_fit) -> FitResult:
+    return timed_fit[0]
 
 
 def _rmse(pred: np.ndarray, y: np.ndarray) -> float:
     return float(np.sqrt(np.mean((pred - y) ** 2)))
 
 
-def test_fit_result_and_loss_decreases(fitted: FitResult) -> None:
-    assert isinstance(fitted.posterior, MWGPPosterior)
-    assert fitted.n_data == N_TRAIN and fitted.fit_time > 0
+def test_fit_result_and_loss_decreases(data, fitted: FitResult) -> None:
+    _, y, _, _ = data
+    post = fitted.posterior  # the model of these ratings with this configuration
+    assert post.n_levels == LEVELS and post.n_inducing == CONFIG.n_inducing and post.dtype == torch.float32
+    assert post.latent_dim == CONFIG.latent_dim
+    assert post.rating_mean == pytest.approx(y.mean(), rel=1e-12)
+    assert post.rating_std == pytest.approx(y.std())
+    assert fitted.n_data == N_TRAIN
     hist = fitted.loss_history
-    assert len(hist) == CONFIG.n_epochs and np.isfinite(hist).all()
+    # one loss per epoch run (no early stopping here: the whole schedule)
+    assert len(hist) == len(fitted.epoch_times) == fitted.n_epochs == CONFIG.n_epochs
+    assert np.isfinite(hist).all()
     assert hist[-1] < hist[0] - 0.5  # negative ELBO per rating, standardised units
     assert np.mean(hist[-5:]) < np.mean(hist[:5])
 
@@ -60,9 +77,18 @@ def test_beats_global_mean_on_held_out(data, fitted: FitResult) -> None:
     assert _rmse(mean, test_y) < 0.6 * baseline  # the bias part alone explains well over half
 
 
+# The learned noise variance is the true 0.25 plus the part of the interaction 60 epochs have not learned
+# (held-out RMSE 0.711 against the noise floor 0.5). Measured noise_var / 0.25: 1.378..1.382 over fit seeds
+# 0-3 on this data (float32 and float64 alike), 1.33 and 1.45 on two other draws of the data; the window
+# (1.05, 1.75) is ~25 % either side of 1.38. It fails if nothing is learned (4.7 with lr=1e-4, 4.9 after
+# one epoch; var(y) / 0.25 = 9.2) or the model is under-trained (1.82 after 15 epochs; 1.46 after 30).
+NOISE_WINDOW = (1.05, 1.75)
+
+
 def test_learned_noise_roughly_recovers_true_noise(fitted: FitResult) -> None:
     true_var = TRUE_NOISE_SD ** 2
-    assert true_var / 2 < fitted.posterior.noise_var < 2 * true_var
+    low, high = NOISE_WINDOW
+    assert low * true_var < fitted.posterior.noise_var < high * true_var, fitted.posterior.noise_var
 
 
 def test_predictive_variance_is_calibrated_in_scale(data, fitted: FitResult) -> None:
@@ -102,7 +128,9 @@ def test_float64_fit(data) -> None:
     assert res.posterior.dtype == torch.float64
     mean, _ = res.posterior.predict(test_index)
     assert _rmse(mean, test_y) < 0.6 * _rmse(np.full_like(test_y, y.mean()), test_y)
-    assert TRUE_NOISE_SD ** 2 / 2 < res.posterior.noise_var < 2 * TRUE_NOISE_SD ** 2
+    low, high = NOISE_WINDOW
+    noise_var = res.posterior.noise_var
+    assert low * TRUE_NOISE_SD ** 2 < noise_var < high * TRUE_NOISE_SD ** 2, noise_var
 
 
 @pytest.mark.parametrize("changes", [{"init": "random"}, {"use_biases": False}, {"lr_schedule": "constant"}],
@@ -198,10 +226,15 @@ def test_valid_training_data_passes() -> None:
     validate_training_data(_IDX.astype(np.int32), _Y.astype(np.int64), (3, 4))
 
 
-def test_epoch_times_are_reported(fitted: FitResult) -> None:
+def test_epoch_times_are_reported(timed_fit) -> None:
+    fitted, wall = timed_fit
     assert len(fitted.epoch_times) == CONFIG.n_epochs
     assert all(t > 0 for t in fitted.epoch_times)
-    assert sum(fitted.epoch_times) <= fitted.fit_time
+    # fit_time spans the whole fit: its epochs and more (set-up, Laplace variances), but no more than the
+    # wall time around the call, of which it is nearly all (measured: fit_time / wall > 0.999, epochs
+    # 0.48-0.98 of it: the first fit in a process pays ~1.3 s outside its epochs)
+    assert sum(fitted.epoch_times) <= fitted.fit_time <= wall
+    assert fitted.fit_time > 0.5 * wall
 
 
 def test_heteroscedastic_noise_recovers_who_is_noisy_and_improves_the_likelihood() -> None:
