@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,11 +14,12 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 def _load(name: str):
     spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
 
-@pytest.mark.parametrize("name", ["epoch_time", "inference", "scaling", "accuracy", "cold_start", "topn", "context", "surprise_test_1m", "small_data", "foldin", "distributed", "serving"])
+@pytest.mark.parametrize("name", ["epoch_time", "inference", "scaling", "accuracy", "cold_start", "topn", "context", "surprise_test_1m", "small_data", "foldin", "distributed", "serving", "regimes"])
 def test_benchmark_quick_mode(name, tmp_path, capsys):
     out = tmp_path / f"{name}.json"
     _load(name).main(["--quick", "--out", str(out)])
