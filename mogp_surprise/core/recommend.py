@@ -37,6 +37,10 @@ def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: st
           exclude: Sequence[np.ndarray] | None = None, chunk_size: int | None = None) -> TopN:
     """Rank every item for each user of a (user, item) model.
 
+    Each user's catalogue is scored in one product (:meth:`~.posterior.MWGPPosterior.catalogue_moments`;
+    by the mean: the means alone); the reported mean and std are the chosen items' predictive, as
+    :meth:`~.posterior.MWGPPosterior.predict` gives them, and the reported score is computed from them.
+
     Parameters
     ----------
     posterior : MWGPPosterior with two factors (user, item)
@@ -51,10 +55,6 @@ def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: st
         Inner item indices never to recommend to each user (e.g. those already rated).
     chunk_size : int, optional
         (user, item) pairs whose predictive is reported at once; defaults to the posterior's ``chunk_size``.
-
-    Each user's catalogue is scored in one product (:meth:`~.posterior.MWGPPosterior.catalogue_moments`;
-    by the mean: the means alone); the reported mean and std are the chosen items' predictive, as
-    :meth:`~.posterior.MWGPPosterior.predict` gives them, and the reported score is computed from them.
     """
     check_strategy(strategy, kappa, n)
     if posterior.n_factors != 2:

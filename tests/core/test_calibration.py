@@ -115,7 +115,8 @@ def test_distinct_rows_with_and_without_one_integer_key() -> None:
 
 def test_fit_calibrates_held_out_users_intervals() -> None:
     """Users whose biases and tastes spread more than the learned population shows: the 90 % intervals of
-    held-out users cover 77 % of their ratings without the calibration and 88 % with it."""
+    held-out users cover 86 % of their ratings without the calibration and 88 % with it (77 % / 88 % when
+    the biases started at zero and were further from their values after 5 epochs)."""
     rng = np.random.default_rng(2)
     n_users, n_items, n = 240, 40, 12000
     users, items = rng.integers(0, n_users, n), rng.integers(0, n_items, n)
@@ -135,4 +136,4 @@ def test_fit_calibrates_held_out_users_intervals() -> None:
     for name, p in (("raw", raw), ("calibrated", post)):
         mean, var = p.predict(index)
         coverage[name] = float(np.mean(np.abs(y[cold] - mean) <= 1.6449 * np.sqrt(var)))
-    assert coverage["raw"] < 0.8 and 0.85 <= coverage["calibrated"] <= 0.95, coverage
+    assert coverage["raw"] < coverage["calibrated"] - 0.01 and 0.85 <= coverage["calibrated"] <= 0.95, coverage

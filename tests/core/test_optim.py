@@ -158,16 +158,20 @@ def test_sparse_rows_for_large_catalogues_and_with_implicit_feedback_for_large_d
     assert not uses_sparse_rows(paper, (60_000, 10_000), 8192)
 
 
+def _rank_two_ratings(seed: int, n: int = 4000, levels: tuple[int, int] = (200, 120)):
+    """Integer 1..5 ratings of a rank-2 world with noise 0.3: (index, ratings, levels)."""
+    rng = np.random.default_rng(seed)
+    index = np.stack([rng.integers(0, levels[0], n), rng.integers(0, levels[1], n)], 1)
+    a, b = rng.normal(size=(levels[0], 2)), rng.normal(size=(levels[1], 2))
+    return index, np.clip(np.round(3 + (a[index[:, 0]] * b[index[:, 1]]).sum(1) + rng.normal(0, 0.3, n)), 1, 5), levels
+
+
 def test_a_fit_on_the_sparse_path_learns_and_resumes_exactly(monkeypatch, tmp_path):
     from mogp_surprise.core.checkpoint import Checkpointing
 
     from .test_checkpoint import Stop, interrupt_after, same_posterior
 
-    rng = np.random.default_rng(0)
-    n, levels = 4000, (200, 120)
-    index = np.stack([rng.integers(0, levels[0], n), rng.integers(0, levels[1], n)], 1)
-    a, b = rng.normal(size=(levels[0], 2)), rng.normal(size=(levels[1], 2))
-    y = np.clip(np.round(3 + (a[index[:, 0]] * b[index[:, 1]]).sum(1) + rng.normal(0, 0.3, n)), 1, 5)
+    index, y, levels = _rank_two_ratings(0)
     cfg = MWGPConfig(**PAPER, mf_rank=0, n_inducing=64, n_epochs=6, batch_size=200, random_state=0,
                      early_stopping=False)
     monkeypatch.setattr(optim, "SPARSE_ROWS_PER_BATCH", 0.0)
@@ -308,11 +312,7 @@ def test_a_default_model_fit_on_the_sparse_path_learns_and_resumes_exactly(monke
 
     from .test_checkpoint import Stop, interrupt_after, same_posterior
 
-    rng = np.random.default_rng(1)
-    n, levels = 4000, (200, 120)
-    index = np.stack([rng.integers(0, levels[0], n), rng.integers(0, levels[1], n)], 1)
-    a, b = rng.normal(size=(levels[0], 2)), rng.normal(size=(levels[1], 2))
-    y = np.clip(np.round(3 + (a[index[:, 0]] * b[index[:, 1]]).sum(1) + rng.normal(0, 0.3, n)), 1, 5)
+    index, y, levels = _rank_two_ratings(1)
     cfg = MWGPConfig(mf_rank=2, n_inducing=32, n_epochs=20, batch_size=200, random_state=0, early_stopping=False)
     monkeypatch.setattr(optim, "SPARSE_RATINGS_PER_BATCH", 0.0)
     monkeypatch.setattr(optim, "IMPLICIT_UPDATES", 4)
