@@ -98,11 +98,8 @@ class PredictiveAlgo(AlgoBase):
         mean, var = self._pair_moments(index)
         if clip:
             low, high = self.trainset.rating_scale
-            mean = min(max(mean, low), high)
-        pred = Prediction(uid, iid, r_ui, mean, _details(var, index))
-        if verbose:  # Surprise's AlgoBase prints every prediction; tqdm.write keeps progress bars intact
-            tqdm.write(str(pred))
-        return pred
+            mean = min(max(mean, low), high)  # (np.clip of one number: 3.4 us of a 40 us call)
+        return self._as_predictions([(uid, iid, r_ui)], [mean], [var], [index], verbose)[0]
 
     def test(self, testset: Sequence[tuple[Any, Any, float]], verbose: bool = False) -> list[Prediction]:
         """Predictions for a whole testset in one pass; same output as ``AlgoBase.test``.
@@ -115,6 +112,11 @@ class PredictiveAlgo(AlgoBase):
         index = self._inner_index([t[0] for t in testset], [t[1] for t in testset])
         mean, var = self._moments(index)
         est = np.clip(mean, *self.trainset.rating_scale) if clip else mean
+        return self._as_predictions(testset, est, var, index, verbose)
+
+    @staticmethod
+    def _as_predictions(testset: Sequence, est, var, index, verbose: bool) -> list[Prediction]:
+        """Surprise ``Prediction`` tuples of (uid, iid, r_ui) with their estimates, printed when ``verbose``."""
         preds = [Prediction(uid, iid, r_ui, float(e), _details(float(v), k))
                  for (uid, iid, r_ui), e, v, k in zip(testset, est, var, index)]
         if verbose:  # Surprise's AlgoBase prints every prediction; tqdm.write keeps progress bars intact

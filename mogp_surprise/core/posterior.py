@@ -300,12 +300,9 @@ class MWGPPosterior:
         return moments[0][0], moments[1][0], moments[2][0]
 
     @torch.no_grad()
-    def moments(self, index: Tensor, include_noise: bool = True, variance: bool = True) -> tuple[Tensor, Tensor]:
-        """Like :meth:`predict` for one chunk of a (validated) long tensor, returning tensors on the device;
-        ``variance=False``: the means alone (the same values) and ``None``."""
-        mean, var, noise = self.standardised_moments(index, variance)
-        if not variance:
-            return mean * self.rating_std + self.rating_mean, None
+    def moments(self, index: Tensor, include_noise: bool = True) -> tuple[Tensor, Tensor]:
+        """Like :meth:`predict` for one chunk of a (validated) long tensor, returning tensors on the device."""
+        mean, var, noise = self.standardised_moments(index)
         if include_noise:
             var = var + noise
         return mean * self.rating_std + self.rating_mean, var * self.rating_std ** 2
@@ -314,7 +311,8 @@ class MWGPPosterior:
     def catalogue_moments(self, user: int, include_noise: bool = True,
                           variance: bool = True) -> tuple[Tensor, Tensor | None]:
         """Like :meth:`moments` for one (validated) user index with every item, for ranking: the same values
-        up to float rounding, in one product (:func:`~.predictive.catalogue_moments`)."""
+        up to float rounding, in one product (:func:`~.predictive.catalogue_moments`); ``variance=False``: the
+        means alone (the same values) and ``None``."""
         if self.cold_users is not None and user >= 0 and bool(self.cold_users[user]):
             user = -1
         mean, var, noise = catalogue_moments(self.state, self.psi, user, variance)
@@ -324,14 +322,14 @@ class MWGPPosterior:
         return mean, (var + noise if include_noise else var) * self.rating_std ** 2
 
     @torch.no_grad()
-    def standardised_moments(self, index: Tensor, variance: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+    def standardised_moments(self, index: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Mean, latent variance and noise variance in standardised units (folded-in users without ratings
-        predicted as index -1; ``variance=False``: the variances ``None``)."""
+        predicted as index -1)."""
         if self.cold_users is not None:
             users = index[:, 0]
             index = index.clone()
             index[:, 0] = torch.where(self.cold_users[users.clamp_min(0)], -1, users)
-        return predictive_moments(self.state, self.psi, index, variance)
+        return predictive_moments(self.state, self.psi, index)
 
     def noise_var_at(self, index: Tensor) -> Tensor:
         """Expected noise variance E[sigma_n^2] of each index tuple (standardised units), shape (n,)."""

@@ -73,31 +73,25 @@ def noise_variances(state: PosteriorState, index: Tensor) -> Tensor:
     return predictive(parts, parts.mean.new_zeros(()), parts.mean.new_zeros(()))[2]
 
 
-def predictive_moments(state: PosteriorState, psi: list, index: Tensor,
-                        variance: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+def predictive_moments(state: PosteriorState, psi: list, index: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Mean, latent variance and noise variance at index tuples (-1: unseen), standardised units.
 
     ``psi``: the kernel expectations of every factor's unseen-level population (:meth:`~.gp.FittedGP.expectations`).
-    ``variance=False``: the means alone (bit-identical to those with the variances), the variances ``None``;
-    an m-vector instead of an m x m product per rating.
     """
     n_factors = index.shape[1]
     pattern = ((index < 0).long() * (2 ** torch.arange(n_factors, device=index.device))).sum(1)
     patterns = torch.unique(pattern).tolist()
     if len(patterns) == 1:
-        return _pattern_moments(state, psi, index, patterns[0], variance)
-    out = [torch.empty(index.shape[0], dtype=state.gp.w.dtype, device=index.device) if variance or not k
-           else None for k in range(3)]
+        return _pattern_moments(state, psi, index, patterns[0])
+    out = [torch.empty(index.shape[0], dtype=state.gp.w.dtype, device=index.device) for _ in range(3)]
     for p in patterns:
         rows = (pattern == p).nonzero().squeeze(1)
-        for target, part in zip(out, _pattern_moments(state, psi, index[rows], p, variance)):
-            if target is not None:
-                target[rows] = part
+        for target, part in zip(out, _pattern_moments(state, psi, index[rows], p)):
+            target[rows] = part
     return out[0], out[1], out[2]
 
 
-def _pattern_moments(state: PosteriorState, psi: list, index: Tensor, pattern: int,
-                     variance: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+def _pattern_moments(state: PosteriorState, psi: list, index: Tensor, pattern: int) -> tuple[Tensor, Tensor, Tensor]:
     """Moments for rows that share one pattern of unseen factors (bit f of ``pattern``: factor f unseen).
 
     The rows are padded to a multiple of ``_ROW_PAD`` (copies of the first row) and computed in
@@ -112,10 +106,8 @@ def _pattern_moments(state: PosteriorState, psi: list, index: Tensor, pattern: i
     if pad:
         index = torch.cat([index, index[:1].expand(pad, -1)])
     unseen = tuple(bool(pattern >> f & 1) for f in range(index.shape[1]))
-    parts = [_rows_moments(state, psi, index[start:start + _ROW_BLOCK], unseen, pattern, variance)
+    parts = [_rows_moments(state, psi, index[start:start + _ROW_BLOCK], unseen, pattern)
              for start in range(0, n + pad, _ROW_BLOCK)]
-    if not variance:
-        return torch.cat([p[0] for p in parts])[:n], None, None
     joined = parts[0] if len(parts) == 1 else tuple(torch.cat(t) for t in zip(*parts))
     return joined[0][:n], joined[1][:n], joined[2][:n]
 
@@ -124,7 +116,8 @@ def catalogue_moments(state: PosteriorState, psi: list, user: int,
                       variance: bool = True) -> tuple[Tensor, Tensor, Tensor]:
     """:func:`predictive_moments` of one user (-1: unseen) with every item of a (user, item) model, for
     ranking: the user's rows broadcast, the item tables read whole, one product (the same values as
-    :func:`predictive_moments` up to float rounding, which sums in other blocks)."""
+    :func:`predictive_moments` up to float rounding, which sums in other blocks; ``variance=False``: the
+    means alone, the same values as with the variances)."""
     n = state.n_levels[1]
     unseen = (user < 0, False)
     level = torch.tensor([max(user, 0)], device=state.gp.w.device)
@@ -145,12 +138,14 @@ def catalogue_moments(state: PosteriorState, psi: list, user: int,
 
 
 def _rows_moments(state: PosteriorState, psi: list, index: Tensor, unseen: tuple[bool, ...],
-                  pattern: int, variance: bool = True) -> tuple[Tensor, Tensor, Tensor]:
-    return _moments_of_parts(state, psi, pattern_parts(state, index, unseen), pattern, variance)
+                  pattern: int) -> tuple[Tensor, Tensor, Tensor]:
+    return _moments_of_parts(state, psi, pattern_parts(state, index, unseen), pattern)
 
 
 def _moments_of_parts(state: PosteriorState, psi: list, parts: RatingParts, pattern: int,
-                      variance: bool) -> tuple[Tensor, Tensor, Tensor]:
+                      variance: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+    """Mean, latent and noise variance from the terms' parts (``variance=False``: the means alone, then None,
+    None: an m-vector per rating instead of an m x m product)."""
     f_mean, f_var = state.gp.moments(parts.inputs, psi, variance)
     mean, var, noise = predictive(parts, f_mean, f_var)
     if var is None:
