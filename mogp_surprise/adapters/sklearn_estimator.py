@@ -12,7 +12,8 @@ from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.validation import check_is_fitted
 
 from ..core.trainer import fit_mwgp
-from ._common import PARAMS_DOC, HyperParamsMixin, IdEncoder, UserModelMixin, check_id_column, encode_ids, plain_id
+from ._common import PARAMS_DOC, HyperParamsMixin, IdEncoder, check_id_column, encode_ids, plain_id
+from ._users import UserModelMixin
 from .persistence import load_model, save_model
 
 
@@ -85,18 +86,24 @@ class MWGPRegressor(HyperParamsMixin, UserModelMixin, RegressorMixin, BaseEstima
         return (mean, np.sqrt(var)) if return_std else mean
 
     def recommend(self, user: Any, n: int = 10, strategy: str = "mean", kappa: float = 1.0,
-                  exclude_rated: bool = True, ratings: Any = None) -> pd.DataFrame:
+                  exclude_rated: bool = True, ratings: Any = None, random_state: Any = None) -> pd.DataFrame:
         """Top-``n`` items for one raw user id; see :meth:`mogp_surprise.MWGP.recommend`.
 
         ``ratings`` ({item: rating} or (item, rating) pairs) are folded in for this call only.
         Only for (user, item) models (two id columns).
         """
-        return self._recommend(user, n, strategy, kappa, exclude_rated, ratings)
+        return self._recommend(user, n, strategy, kappa, exclude_rated, ratings, random_state)
 
     def recommend_many(self, users: Any, n: int = 10, strategy: str = "mean", kappa: float = 1.0,
-                       exclude_rated: bool = True) -> pd.DataFrame:
-        """Batched :meth:`recommend`: one DataFrame with columns user, rank, item, mean, std, score."""
-        return self._recommend_many(users, n, strategy, kappa, exclude_rated)
+                       exclude_rated: bool = True, random_state: Any = None) -> pd.DataFrame:
+        """Batched :meth:`recommend`: one DataFrame with columns user, rank, item, est, mean, std, score."""
+        return self._recommend_many(users, n, strategy, kappa, exclude_rated, random_state)
+
+    def ask(self, user: Any, n: int = 5, ratings: Any = None, candidates: Any = None,
+            exclude: Any = None) -> pd.DataFrame:
+        """The items whose ratings are expected to teach the model most about a user; see
+        :meth:`mogp_surprise.MWGP.ask`. Only for (user, item) models (two id columns)."""
+        return self._ask(user, n, ratings, candidates, exclude)
 
     def fold_in(self, user: Any, ratings: Any) -> "MWGPRegressor":
         """Take a user's ratings into account without refitting; see :meth:`mogp_surprise.MWGP.fold_in`.
@@ -133,6 +140,9 @@ class MWGPRegressor(HyperParamsMixin, UserModelMixin, RegressorMixin, BaseEstima
 
     def _rating_range(self) -> tuple[tuple[float, float] | None, str]:
         return getattr(self, "rating_range_", None), "the range of the training ratings"
+
+    def _item_counts(self) -> np.ndarray:
+        return np.bincount(self._rated[1], minlength=self.encoders_[1].n_levels)
 
     def _store_user(self, user: Any, row: int, items: np.ndarray, values: np.ndarray) -> None:
         users = self.encoders_[0]

@@ -12,7 +12,8 @@ from ..core.config import MWGPConfig
 from ..core.checkpoint import Checkpointing
 from ..core.distributed import DataParallel
 from ..core.trainer import fit_mwgp
-from ._common import PARAMS_DOC, HyperParamsMixin, UserModelMixin, check_id_column, plain_id, trainset_arrays
+from ._common import PARAMS_DOC, HyperParamsMixin, check_id_column, plain_id, trainset_arrays
+from ._users import UserModelMixin
 from .persistence import load_model, save_model
 from .predictive import PredictiveAlgo
 
@@ -138,33 +139,71 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
 
     # -- recommendation and fold-in (UserModelMixin) -----------------------------------------------
     def recommend(self, uid: Any, n: int = 10, strategy: str = "mean", kappa: float = 1.0,
-                  exclude_rated: bool = True, ratings: Any = None) -> pd.DataFrame:
+                  exclude_rated: bool = True, ratings: Any = None, random_state: Any = None) -> pd.DataFrame:
         """Top-``n`` items for one raw user id, ranked with their uncertainty.
 
         Parameters
         ----------
         uid : raw user id (an unseen user gets the cold-start ranking)
         n : int, default=10
-        strategy : {"mean", "lcb", "ucb"}, default="mean"
+        strategy : {"mean", "lcb", "ucb", "thompson"}, default="mean"
             Rank by the predictive mean, by mean - kappa*std (risk-averse: prefer items the model
-            is sure about) or by mean + kappa*std (exploratory).
+            is sure about), by mean + kappa*std (exploratory), or by one draw of the user's expected
+            ratings from the posterior (Thompson sampling: the user's and the items' parameters and
+            the latent function drawn once, so the draw is consistent across items; each call explores
+            anew).
         kappa : float, default=1.0
         exclude_rated : bool, default=True
             Skip items the user rated (in the training set and in ``ratings``).
         ratings : dict {iid: rating} or sequence of (iid, rating), optional
             Ratings of this user to take into account without refitting: they are folded in for
             this call only (as :meth:`fold_in` does, but the model is not changed).
+        random_state : None, int or numpy Generator, optional
+            The draw of ``strategy="thompson"`` (None: a fresh one each call).
 
         Returns
         -------
-        DataFrame with columns rank, item, mean, std, score (best first)
+        DataFrame with columns rank, item, est (the mean clipped to the rating scale, as Surprise's
+        ``est``), mean (not clipped), std, score (best first)
         """
-        return self._recommend(uid, n, strategy, kappa, exclude_rated, ratings)
+        return self._recommend(uid, n, strategy, kappa, exclude_rated, ratings, random_state)
 
     def recommend_many(self, uids: Sequence[Any], n: int = 10, strategy: str = "mean", kappa: float = 1.0,
-                       exclude_rated: bool = True) -> pd.DataFrame:
-        """Batched :meth:`recommend`: one DataFrame with columns user, rank, item, mean, std, score."""
-        return self._recommend_many(uids, n, strategy, kappa, exclude_rated)
+                       exclude_rated: bool = True, random_state: Any = None) -> pd.DataFrame:
+        """Batched :meth:`recommend`: one DataFrame with columns user, rank, item, est, mean, std, score."""
+        return self._recommend_many(uids, n, strategy, kappa, exclude_rated, random_state)
+
+    def ask(self, uid: Any, n: int = 5, ratings: Any = None, candidates: Sequence[Any] | None = None,
+            exclude: Sequence[Any] | None = None) -> pd.DataFrame:
+        """The items whose ratings are expected to teach the model most about a user (what to ask a new
+        user to rate first, or a known user next).
+
+        The criterion (``docs/model.md``, "Which items to ask about") is the expected reduction of the
+        user's predictive variance over the catalogue that an answer brings, from the Gaussian posterior
+        of the user's own parameters: each item's weight in the catalogue is its share of the training
+        ratings, and an answer counts by the item's noise precision for this user and by the chance that
+        the user can give it. Without ``candidates`` that chance is the item's share of the training users
+        who rated it (a user cannot rate a film they have not seen); the ``candidates``, when given, are
+        taken to be items the user can rate. The n questions are chosen greedily before any answer (the
+        posterior's covariance after an answer does not depend on its value).
+
+        Parameters
+        ----------
+        uid : raw user id (new, or known: then their training ratings count too)
+        n : int, default=5
+        ratings : dict {iid: rating} or sequence of (iid, rating), optional
+            The user's answers so far, folded in for this call only (the model is not changed).
+        candidates : list of raw item ids, optional
+            Choose among these items only, all answerable (e.g. the films the user says they have seen).
+        exclude : list of raw item ids, optional
+            Never ask about these (e.g. asked before and not answered). Rated items are never asked.
+
+        Returns
+        -------
+        DataFrame with columns rank, item, gain (the expected reduction of the catalogue variance, in
+        squared rating units), answer_prob, est, mean, std (the item's current predictive for the user)
+        """
+        return self._ask(uid, n, ratings, candidates, exclude)
 
     def fold_in(self, uid: Any, ratings: Any) -> "MWGP":
         """Take a user's ratings into account without refitting the model.
@@ -203,6 +242,10 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
 
     def _rating_range(self) -> tuple[tuple[float, float], str]:
         return tuple(self.trainset.rating_scale), "the rating scale"
+
+    def _item_counts(self) -> np.ndarray:
+        ir = self.trainset.ir
+        return np.array([len(ir.get(i, ())) for i in range(self.trainset.n_items)], dtype=np.int64)
 
     def _store_user(self, uid: Any, row: int, items: np.ndarray, values: np.ndarray) -> None:
         self.trainset = _with_user_ratings(self.trainset, uid, row, items, values)

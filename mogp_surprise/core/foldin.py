@@ -72,7 +72,7 @@ from torch import Tensor
 from .errors import NumericalError, check_finite_ratings, check_int
 from .posterior import MWGPPosterior
 from .state import FoldedUser
-from .user_objective import PRIORS, FoldInContext
+from .user_objective import PRIORS, FoldInContext, context_for
 
 __all__ = ["FoldedUser", "fold_in", "fold_in_many", "fold_in_objective", "PRIORS"]
 
@@ -139,7 +139,7 @@ def fold_in_many(posterior: MWGPPosterior, users: Sequence[tuple[np.ndarray, np.
     check_int("max_iter", max_iter, 1)
     if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not tol > 0 or not math.isfinite(tol):
         raise ValueError(f"`tol` must be a finite number > 0, got {tol!r}")
-    ctx = FoldInContext(posterior, prior)
+    ctx = context_for(posterior, prior)
     users = list(users)
     init_users = [None] * len(users) if init_users is None else list(init_users)
     if len(init_users) != len(users):
@@ -164,7 +164,7 @@ def fold_in_objective(posterior: MWGPPosterior, items: np.ndarray, ratings: np.n
     (implicit sums excluded); a row not given is that of :func:`fold_in`'s start. Maximising it over
     the rows is what :func:`fold_in` does.
     """
-    ctx = FoldInContext(posterior, prior)
+    ctx = context_for(posterior, prior)
     items, y = _check_ratings(ctx, items, ratings, "")
     data = ctx.user_data(items, y)
     theta = ctx.start(data, None)

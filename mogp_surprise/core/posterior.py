@@ -21,6 +21,7 @@ from .errors import check_int
 from .laplace import LaplaceVariances
 from .model import MWGPModule
 from .predictive import catalogue_moments, predictive_moments
+from .sampling import catalogue_draw, weight_sampler
 from .serving import pair_predictor
 from .state import FittedTable, FittedTerm, FoldedUser, PosteriorState
 
@@ -320,6 +321,17 @@ class MWGPPosterior:
         if not variance:
             return mean, None
         return mean, (var + noise if include_noise else var) * self.rating_std ** 2
+
+    @torch.no_grad()
+    def catalogue_draw(self, user: int, generator: torch.Generator) -> Tensor:
+        """One joint posterior draw of a (validated) user's expected rating of every item, on the rating scale
+        (:func:`~.sampling.catalogue_draw`: the user's and items' rows and the latent function drawn once)."""
+        if user >= 0 and self.cold_users is not None and bool(self.cold_users[user]):
+            user = -1
+        sampler = self.__dict__.get("_weight_sampler")
+        if sampler is None:
+            sampler = self._weight_sampler = weight_sampler(self.state.gp)
+        return catalogue_draw(self.state, user, sampler, generator) * self.rating_std + self.rating_mean
 
     @torch.no_grad()
     def standardised_moments(self, index: Tensor) -> tuple[Tensor, Tensor, Tensor]:

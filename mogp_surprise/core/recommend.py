@@ -1,9 +1,11 @@
-"""Uncertainty-aware top-N: rank items by mean, by mean - kappa*std (risk-averse) or mean + kappa*std."""
+"""Uncertainty-aware top-N: rank items by mean, by mean - kappa*std (risk-averse), mean + kappa*std, or by one
+draw from the posterior (Thompson sampling, :mod:`.sampling`)."""
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -11,7 +13,7 @@ import torch
 from .errors import check_int
 from .posterior import MWGPPosterior
 
-STRATEGIES = ("mean", "lcb", "ucb")
+STRATEGIES = ("mean", "lcb", "ucb", "thompson")
 
 
 @dataclass
@@ -33,8 +35,21 @@ def check_strategy(strategy: str, kappa: float, n: int) -> None:
     check_int("n", n, 1)
 
 
+def draw_generator(random_state: Any, device: torch.device) -> torch.Generator:
+    """A torch generator on ``device`` seeded from ``random_state`` (None: fresh entropy; an int; a numpy
+    ``Generator``), for posterior draws."""
+    if random_state is not None and not isinstance(random_state, (numbers.Integral, np.random.Generator)) \
+            or isinstance(random_state, bool):
+        raise ValueError(f"`random_state` must be None, an int or a numpy Generator, got {random_state!r}")
+    rng = random_state if isinstance(random_state, np.random.Generator) else np.random.default_rng(random_state)
+    generator = torch.Generator(device=device)
+    generator.manual_seed(int(rng.integers(2 ** 62)))
+    return generator
+
+
 def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: str = "mean", kappa: float = 1.0,
-          exclude: Sequence[np.ndarray] | None = None, chunk_size: int | None = None) -> TopN:
+          exclude: Sequence[np.ndarray] | None = None, chunk_size: int | None = None,
+          random_state: Any = None) -> TopN:
     """Rank every item for each user of a (user, item) model.
 
     Each user's catalogue is scored in one product (:meth:`~.posterior.MWGPPosterior.catalogue_moments`;
@@ -48,13 +63,16 @@ def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: st
         Inner user indices; -1 for a user unseen in training (cold start).
     n : int
         Length of each list.
-    strategy : {"mean", "lcb", "ucb"}
-        Score = mean, mean - kappa * std, or mean + kappa * std.
+    strategy : {"mean", "lcb", "ucb", "thompson"}
+        Score = mean, mean - kappa * std, mean + kappa * std, or one joint draw of the user's expected ratings
+        from the posterior (:func:`~.sampling.catalogue_draw`; a new draw for every user and call).
     kappa : float
     exclude : sequence of k int arrays, optional
         Inner item indices never to recommend to each user (e.g. those already rated).
     chunk_size : int, optional
         (user, item) pairs whose predictive is reported at once; defaults to the posterior's ``chunk_size``.
+    random_state : None, int or numpy Generator
+        The draws of ``"thompson"`` (None: fresh entropy, so that repeated calls explore).
     """
     check_strategy(strategy, kappa, n)
     if posterior.n_factors != 2:
@@ -69,7 +87,8 @@ def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: st
     out_items = np.full((k, width), -1, dtype=np.int64)
     out = {name: np.full((k, width), np.nan) for name in ("mean", "std", "score")}
     device = posterior.device
-    sign = {"mean": 0.0, "lcb": -1.0, "ucb": 1.0}[strategy]
+    sign = {"mean": 0.0, "lcb": -1.0, "ucb": 1.0, "thompson": 0.0}[strategy]
+    generator = draw_generator(random_state, device) if strategy == "thompson" else None
     per_chunk = max(1, (chunk_size or posterior.chunk_size) // max(width, 1))
     for start in range(0, k, per_chunk):
         block = users[start:start + per_chunk]
@@ -77,8 +96,11 @@ def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: st
         best_scores, bests = [], []
         for row, user in enumerate(block.tolist()):
             # ranking by the mean needs no variance; the reported values are the n chosen items' predictive
-            mean, var = posterior.catalogue_moments(user, variance=bool(sign))
-            score = mean + sign * kappa * var.sqrt() if sign else mean
+            if generator is not None:
+                score = posterior.catalogue_draw(user, generator)
+            else:
+                mean, var = posterior.catalogue_moments(user, variance=bool(sign))
+                score = mean + sign * kappa * var.sqrt() if sign else mean
             if exclude is not None:
                 banned = np.asarray(exclude[start + row], dtype=np.int64)
                 if banned.size:
@@ -93,7 +115,9 @@ def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: st
         rows = slice(start, start + b)
         out_items[rows] = best.masked_fill(~valid, -1).cpu().numpy()
         best_mean, best_std = best_mean.view(b, width), best_var.sqrt().view(b, width)
-        picked = {"mean": best_mean, "std": best_std, "score": best_mean + sign * kappa * best_std}
+        drawn = best_score.to(best_mean.dtype).view(b, width)
+        picked = {"mean": best_mean, "std": best_std,
+                  "score": drawn if generator is not None else best_mean + sign * kappa * best_std}
         for name, values in picked.items():
             out[name][rows] = values.masked_fill(~valid, math.nan).double().cpu().numpy()
     return TopN(out_items, out["mean"], out["std"], out["score"])

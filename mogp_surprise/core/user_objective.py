@@ -21,7 +21,7 @@ from .posterior import MWGPPosterior
 from .state import FittedTable, FittedTerm, PosteriorState
 from .terms import PRIORS, RatingParts, Rows, Table
 
-__all__ = ["FoldInContext", "UserData", "Block", "PRIORS"]
+__all__ = ["FoldInContext", "UserData", "Block", "PRIORS", "context_for"]
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,7 @@ class FoldInContext:
         r = gp.input_width  # the users' block of the GP inputs and its scaled inducing inputs
         self.user_lengthscale = gp.lengthscale[:r]
         self.user_inducing = gp.inducing[:, :r] / self.user_lengthscale
+        self._catalogue: UserData | None = None  # every item's rows, formed on first use (catalogue_data)
 
     @property
     def laplace_blocks(self) -> list[Block]:
@@ -202,6 +203,30 @@ class FoldInContext:
             theta[block.start:block.start + block.width] = value.reshape(-1).to(theta)
         return theta
 
+    def mean_jacobian(self, data: UserData, theta: Tensor) -> tuple[Tensor, Tensor]:
+        """J (n, d_L): the gradient of every rating's predictive mean E[y_j] with respect to the user's Laplace
+        entries (in layout order) at ``theta``, and lambda_j = E_q[1 / sigma_j^2] (n,): the Gauss-Newton
+        ingredients of :meth:`laplace` (autograd on one copy of the parameters per rating)."""
+        copies = theta.detach().expand(data.n, self.dim).clone().requires_grad_(True)
+        with torch.enable_grad():
+            parts = self.parts(data, copies)
+            f_mean, _ = self.f_moments(data, parts)
+            if parts.latent_log_scale is not None:
+                f_mean = torch.exp(parts.latent_log_scale) * f_mean
+            (jac,) = torch.autograd.grad((parts.mean + f_mean).sum(), copies)
+        lam = noise_moments(parts)[1].detach()
+        blocks = self.laplace_blocks
+        if not blocks:
+            return jac[:, :0], lam
+        return torch.cat([jac[:, b.start:b.start + b.width] for b in blocks], dim=1), lam
+
+    def catalogue_data(self, data: UserData) -> UserData:
+        """The user of ``data`` with every item of the catalogue (ratings 0): the items' rows and kernel halves
+        are formed once per context, the user's implicit sums and prior are those of ``data``."""
+        if self._catalogue is None:
+            self._catalogue = self.user_data(np.arange(self.n_items), np.zeros(self.n_items))
+        return replace(self._catalogue, implicit=data.implicit, prior_center=data.prior_center)
+
     def laplace(self, data: UserData, theta: Tensor) -> tuple[dict[str, Tensor], Tensor]:
         """The Gauss-Newton posterior of the user's Laplace entries at ``theta``: the diagonal variances per
         block (as trained users get them) and the full covariance (d_L, d_L) of those entries, in layout order.
@@ -223,16 +248,8 @@ class FoldInContext:
                 prior[offset:offset + block.width] = precision.reshape(-1).to(prior)
             offset += block.width
         gram = torch.zeros(width, width, dtype=torch.float64, device=self.device)
-        if data.n:
-            copies = theta.detach().expand(data.n, self.dim).clone().requires_grad_(True)
-            with torch.enable_grad():
-                parts = self.parts(data, copies)
-                f_mean, _ = self.f_moments(data, parts)
-                if parts.latent_log_scale is not None:
-                    f_mean = torch.exp(parts.latent_log_scale) * f_mean
-                (jac,) = torch.autograd.grad((parts.mean + f_mean).sum(), copies)
-            lam = noise_moments(parts)[1].detach()
-            jac = torch.cat([jac[:, b.start:b.start + b.width] for b in blocks], dim=1)
+        if data.n and width:
+            jac, lam = self.mean_jacobian(data, theta)
             gram = (jac * lam.unsqueeze(-1)).T @ jac
         diagonal = torch.where(flat, torch.zeros_like(prior), 1.0 / (prior + torch.diagonal(gram)))
         precision = gram + torch.diag(torch.where(flat, torch.ones_like(prior), prior))
@@ -245,6 +262,18 @@ class FoldInContext:
             out[block.key] = part if block.spec.width else part[0]
             offset += block.width
         return out, covariance
+
+
+def context_for(posterior: MWGPPosterior, prior: str = "population") -> FoldInContext:
+    """The :class:`FoldInContext` of a posterior, built once per posterior and prior (a posterior is
+    immutable; the context holds float64 copies of the small fitted parts and, once used, the catalogue's
+    item rows)."""
+    if not isinstance(posterior, MWGPPosterior):
+        return FoldInContext(posterior, prior)  # (raises, naming the type)
+    cache = posterior.__dict__.setdefault("_foldin_contexts", {})
+    if prior not in cache:
+        cache[prior] = FoldInContext(posterior, prior)
+    return cache[prior]
 
 
 def _light_state(state: PosteriorState) -> PosteriorState:

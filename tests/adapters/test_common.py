@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mogp_surprise.adapters._common import (HyperParamsMixin, IdEncoder, check_fold_ratings, check_id_column,
+from mogp_surprise.adapters._users import check_fold_ratings
+from mogp_surprise.adapters._common import (HyperParamsMixin, IdEncoder, check_id_column,
                                             encode_ids, id_twin, inner_or_unknown, trainset_arrays)
 from mogp_surprise.core.config import MWGPConfig
 from mogp_surprise.datasets import to_surprise_dataset

@@ -21,7 +21,7 @@ def test_surprise_recommend_excludes_rated_and_matches_predict_dist(fitted_pair)
     uid = ts.to_raw_uid(0)
     rated = {ts.to_raw_iid(i) for i, _ in ts.ur[0]}
     top = algo.recommend(uid, n=5, strategy="lcb", kappa=1.0)
-    assert list(top.columns) == ["rank", "item", "mean", "std", "score"] and list(top["rank"]) == [1, 2, 3, 4, 5]
+    assert list(top.columns) == ["rank", "item", "est", "mean", "std", "score"] and list(top["rank"]) == [1, 2, 3, 4, 5]
     assert not set(top["item"]) & rated
     mean, var = algo.predict_dist([uid] * 5, list(top["item"]))
     np.testing.assert_allclose(top["mean"], mean, rtol=1e-5)
@@ -38,7 +38,7 @@ def test_recommend_many_and_cold_user(fitted_pair):
     algo, est = fitted_pair
     for model in (algo, est):
         frame = model.recommend_many(["u1", "someone-new"], n=3)
-        assert list(frame.columns) == ["user", "rank", "item", "mean", "std", "score"]
+        assert list(frame.columns) == ["user", "rank", "item", "est", "mean", "std", "score"]
         assert list(frame["user"]) == ["u1"] * 3 + ["someone-new"] * 3
         assert frame.groupby("user")["score"].apply(lambda s: s.is_monotonic_decreasing).all()
 

@@ -1,0 +1,195 @@
+"""What both adapters offer per user, written once: recommend, fold-in and which items to ask a user about."""
+from __future__ import annotations
+
+import numbers
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..core.posterior import MWGPPosterior
+from ._common import check_not_twin, plain_id
+
+class UserModelMixin:
+    """``recommend``, ``recommend_many``, ``fold_in`` and ``ask`` of both adapters, written once.
+
+    An adapter provides where its ids and ratings live: ``_user_codes`` / ``_item_codes`` (raw ids
+    -> inner indices, -1 unseen), ``_raw_items()`` (raw item id of every inner index),
+    ``_known_ratings(user)`` (a known user's training (items, ratings); ratings None in model files
+    written before fold-in existed), ``_item_counts()`` (training ratings per item), ``_check_fitted()``
+    (the posterior, or the adapter's not-fitted error), ``_rating_range()`` ((low, high) or None, and its
+    name for messages) and ``_store_user`` (record a folded-in user's ratings). The fitted posterior is
+    ``posterior_``.
+    """
+
+    _user_label = "user"  # how messages name the first id column
+
+    def _user_item_posterior(self, what: str) -> MWGPPosterior:
+        post = self._check_fitted()
+        if post.n_factors != 2:
+            raise ValueError(f"{what} needs a (user, item) model; this one has {post.n_factors} id columns")
+        return post
+
+    def _recommend(self, user: Any, n: int, strategy: str, kappa: float, exclude_rated: bool,
+                   ratings: Any, random_state: Any = None) -> pd.DataFrame:
+        if ratings is None:
+            return self._recommend_many([user], n, strategy, kappa, exclude_rated, random_state).drop(columns="user")
+        from ..core.recommend import check_strategy
+
+        check_strategy(strategy, kappa, n)  # before the fold-in's work
+        post, row, items, _ = self._folded(user, ratings)
+        return self._frame(post, [user], np.array([row]), [items] if exclude_rated else None, n, strategy, kappa,
+                           random_state).drop(columns="user")
+
+    def _recommend_many(self, users: Any, n: int, strategy: str, kappa: float, exclude_rated: bool,
+                        random_state: Any = None) -> pd.DataFrame:
+        post = self._user_item_posterior("recommend")
+        users = list(users)
+        inner = self._user_codes(users)
+        exclude = None
+        if exclude_rated:
+            exclude = [self._known_ratings(u)[0] if u >= 0 else np.empty(0, np.int64) for u in inner]
+        return self._frame(post, users, inner, exclude, n, strategy, kappa, random_state)
+
+    def _frame(self, posterior: MWGPPosterior, raw_users: Sequence[Any], inner_users: np.ndarray,
+               exclude: list[np.ndarray] | None, n: int, strategy: str, kappa: float,
+               random_state: Any) -> pd.DataFrame:
+        """Top-N lists of several users as a tidy DataFrame (user, rank, item, est, mean, std, score)."""
+        from ..core.recommend import top_n
+
+        result = top_n(posterior, inner_users, n=n, strategy=strategy, kappa=kappa, exclude=exclude,
+                       random_state=random_state)
+        valid = result.items >= 0
+        rows, ranks = np.nonzero(valid)
+        users = np.asarray(list(raw_users), dtype=object)
+        mean = result.mean[valid]
+        return pd.DataFrame({"user": users[rows], "rank": ranks + 1,
+                             "item": self._raw_items().astype(object)[result.items[valid]],
+                             "est": self._clipped(mean), "mean": mean, "std": result.std[valid],
+                             "score": result.score[valid]})
+
+    def _clipped(self, mean: np.ndarray) -> np.ndarray:
+        """Predictive means clipped to the rating scale (Surprise's ``est``); unclipped without a known range."""
+        scale = self._rating_range()[0]
+        return mean if scale is None else np.clip(mean, *scale)
+
+    def _fold_in(self, user: Any, ratings: Any):
+        user = plain_id(user)
+        post, row, items, values = self._folded(user, ratings)
+        self._store_user(user, row, items, values)
+        self.posterior_ = post
+        return self
+
+    def _user_ratings(self, user: Any, ratings: Any) -> tuple[int, np.ndarray, np.ndarray]:
+        """The user's inner index (-1: new) and all their (items, ratings): a known user's training ratings
+        with ``ratings`` on top (a new rating of an item replaces the old one), or a new user's ``ratings``."""
+        items, values = check_fold_ratings(ratings, self._item_codes, *self._rating_range())
+        inner = int(self._user_codes([user])[0])
+        if inner < 0:
+            check_not_twin(self._user_label, user, lambda twin: self._user_codes([twin])[0] >= 0)
+            return inner, items, values
+        old_items, old_values = self._known_ratings(inner)
+        if old_values is None:
+            raise ValueError("this model was saved before fold-in existed and lacks its users' training "
+                             "ratings; refit it to fold in users")
+        keep = ~np.isin(old_items, items)
+        return inner, np.concatenate([old_items[keep], items]).astype(np.int64), np.concatenate([old_values[keep],
+                                                                                                 values])
+
+    def _folded(self, user: Any, ratings: Any) -> tuple[MWGPPosterior, int, np.ndarray, np.ndarray]:
+        """The posterior with one user's ratings folded in, the user's row, and all the user's (items, ratings).
+
+        A known user is folded in again from the union of their training ratings and ``ratings``,
+        starting from their fitted values, in their own row; a new user gets a new row.
+        """
+        from ..core.foldin import fold_in
+
+        post = self._user_item_posterior("fold-in")
+        inner, items, values = self._user_ratings(user, ratings)
+        if inner < 0:
+            return post.with_extra_users([fold_in(post, items, values)]), post.n_levels[0], items, values
+        folded = fold_in(post, items, values, init_user=inner, repeats=True)  # training data may repeat pairs
+        return post.with_replaced_users([inner], [folded]), inner, items, values
+
+    def _ask(self, user: Any, n: int, ratings: Any, candidates: Any, exclude: Any) -> pd.DataFrame:
+        from ..core.elicit import ask
+        from ..core.errors import check_int
+
+        post = self._user_item_posterior("ask")
+        check_int("n", n, 1)
+        inner, items, values = self._user_ratings(user, {} if ratings is None else ratings)
+        chosen = {name: None if raw is None else self._known_item_codes(name, raw)
+                  for name, raw in (("candidates", candidates), ("exclude", exclude))}
+        counts = np.asarray(self._item_counts(), dtype=np.float64)
+        # the chance that the user can rate an item: its share of the training users who rated it; the
+        # candidates, when given, are items the user can rate
+        answer_prob = np.clip(counts / max(post.n_levels[0], 1), 0.0, 1.0) if candidates is None else None
+        known = inner >= 0
+        q = ask(post, items, values, n=n, candidates=chosen["candidates"], exclude=chosen["exclude"],
+                answer_prob=answer_prob, weights=counts if counts.sum() > 0 else None,
+                init_user=inner if known else None, refit=not known or ratings is not None, repeats=known)
+        if q.folded is not None:
+            row = inner if known else post.n_levels[0]
+            post = post.with_replaced_users([inner], [q.folded]) if known else post.with_extra_users([q.folded])
+        else:
+            row = inner  # a known user as fitted, or -1: a new user without ratings (cold start)
+        mean, var = post.predict(np.stack([np.full(q.items.size, row), q.items], 1).astype(np.int64))
+        return pd.DataFrame({"rank": np.arange(1, q.items.size + 1),
+                             "item": self._raw_items().astype(object)[q.items], "gain": q.gain,
+                             "answer_prob": q.answer_prob, "est": self._clipped(mean), "mean": mean,
+                             "std": np.sqrt(var)})
+
+    def _known_item_codes(self, name: str, raw: Any) -> np.ndarray:
+        if isinstance(raw, (str, bytes)) or not hasattr(raw, "__iter__"):
+            raise ValueError(f"`{name}` must be a list of item ids, got {raw!r}")
+        raw = list(raw)
+        codes = self._item_codes(raw) if raw else np.empty(0, dtype=np.int64)
+        unknown = [r for r, c in zip(raw, codes.tolist()) if c < 0]
+        if unknown:
+            raise ValueError(f"`{name}` holds {len(unknown)} item id(s) not in the training data: {unknown[:5]}")
+        return codes.astype(np.int64)
+
+
+def check_fold_ratings(ratings: Any, encode_items: Callable[[list], np.ndarray],
+                       rating_range: tuple[float, float] | None,
+                       range_name: str = "the rating scale") -> tuple[np.ndarray, np.ndarray]:
+    """Validated (inner item indices, ratings) of the ratings one user gives to fold in.
+
+    ``ratings``: a dict ``{item: rating}`` or an iterable of ``(item, rating)`` pairs of raw item ids;
+    empty means no ratings (the user is the cold-start user). Unknown item ids, repeated items,
+    non-numeric, non-finite or out-of-range ratings raise ``ValueError`` naming them.
+    """
+    if isinstance(ratings, (str, bytes)) or ratings is None:
+        raise ValueError(f"`ratings` must be a dict {{item: rating}} or a sequence of (item, rating) pairs, "
+                         f"got {ratings!r}")
+    pairs = list(ratings.items()) if isinstance(ratings, dict) else list(ratings)
+    for pos, pair in enumerate(pairs):
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise ValueError(f"`ratings` must hold (item, rating) pairs; entry {pos} is {pair!r}")
+    raw_items = [p[0] for p in pairs]
+    values = np.empty(len(pairs), dtype=np.float64)
+    for pos, (item, value) in enumerate(pairs):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.number)):
+            raise ValueError(f"the rating of item {item!r} must be a number, got {value!r}")
+        values[pos] = float(value)
+        if not np.isfinite(values[pos]):
+            raise ValueError(f"the rating of item {item!r} must be finite, got {value!r}")
+    if rating_range is not None:
+        low, high = rating_range
+        bad = [(i, v) for i, v in zip(raw_items, values.tolist()) if not low <= v <= high]
+        if bad:
+            raise ValueError(f"ratings must lie in {range_name} [{low:g}, {high:g}]; got {len(bad)} outside "
+                             f"it: {bad[:5]}")
+    items = encode_items(raw_items) if raw_items else np.empty(0, dtype=np.int64)
+    unknown = [raw for raw, code in zip(raw_items, items.tolist()) if code < 0]
+    if unknown:
+        raise ValueError(f"{len(unknown)} rated item id(s) are not in the training data: {unknown[:5]}. Fold-in "
+                         "learns a user from items the model knows; leave these out (or refit with them)")
+    codes, counts = np.unique(items, return_counts=True)
+    if (counts > 1).any():
+        twice = set(codes[counts > 1].tolist())
+        repeated = sorted({raw for raw, code in zip(raw_items, items.tolist()) if code in twice}, key=str)
+        raise ValueError(f"`ratings` rates item(s) {repeated[:5]} more than once; give each item one rating")
+    return items.astype(np.int64), values
+
+
