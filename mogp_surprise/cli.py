@@ -1,4 +1,4 @@
-"""Command line: ``mogp-surprise demo | compare | qp-plot | fit | recommend | predict``. The only module that prints."""
+"""Command line: ``mogp-surprise demo | compare | qp-plot | fit | recommend | ask | predict``. The only module that prints."""
 from __future__ import annotations
 
 import argparse
@@ -214,32 +214,57 @@ def _recommend(args: argparse.Namespace) -> int:
     user = _resolve(users, args.user)
     known = user in users
     ratings = _parse_rates(algo, args.rate) if args.rate else None
-    frame = algo.recommend(user, n=args.n, strategy=args.strategy, kappa=args.kappa, ratings=ratings)
+    frame = algo.recommend(user, n=args.n, strategy=args.strategy, kappa=args.kappa, ratings=ratings,
+                           random_state=args.seed)
     if ratings:
         print(f"User {user}: {len(ratings)} rating(s) folded in" + (" on top of their training ratings" if known
                                                                    else " (not in the training data)"))
     elif not known:
         print(f"User {user} is not in the model and no --rate was given: cold-start ranking (the population's)")
-    score = {"mean": "mean", "lcb": f"mean - {args.kappa:g} std", "ucb": f"mean + {args.kappa:g} std"}[args.strategy]
-    print(f"Top {len(frame)} by {score}; 90 % interval: mean +- {Z90:.3f} std, within the rating scale")
+    score = {"mean": "mean", "lcb": f"mean - {args.kappa:g} std", "ucb": f"mean + {args.kappa:g} std",
+             "thompson": "one draw from the posterior (Thompson sampling)"}[args.strategy]
+    print(f"Top {len(frame)} by {score}; est: the mean within the rating scale; 90 % interval: mean +- "
+          f"{Z90:.3f} std, within the rating scale")
     _print_rows(algo, frame)
     return 0
 
 
-def _print_rows(algo, frame) -> None:
-    """One line per item: [rank,] item, [title,] mean, std and the 90 % interval within the rating scale."""
+def _ask(args: argparse.Namespace) -> int:
+    from .adapters.surprise_algo import MWGP
+
+    algo = MWGP.load(args.model)
+    users = algo._encoders()[0]
+    user = _resolve(users, args.user)
+    known = user in users
+    ratings = _parse_rates(algo, args.rate) if args.rate else None
+    frame = algo.ask(user, n=args.n, ratings=ratings)
+    told = f"{len(ratings)} answer(s) folded in" if ratings else "no answers yet"
+    who = "a known user: their training ratings count too" if known else "not in the training data"
+    print(f"User {user} ({who}; {told}). Ask about these {len(frame)} item(s) next, best first:")
+    print("gain: the expected drop of the variance of this user's predictions over the catalogue that the answer "
+          "brings; chance: that the user has seen the item")
+    _print_rows(algo, frame, extra=(("gain", "{:.4f}"), ("answer_prob", "{:.2f}")))
+    return 0
+
+
+def _print_rows(algo, frame, extra: tuple = ()) -> None:
+    """One line per item: [rank,] item, [title,] [extra columns,] est (the mean clipped to the rating scale), std
+    and the 90 % interval within the rating scale."""
     titles = getattr(algo, "item_names_", None) or {}
     low, high = algo.trainset.rating_scale
     ranked = "rank" in frame
+    names = {"answer_prob": "chance"}
     rows = []
     for r in frame.astype({"item": object}).to_dict("records"):  # (iterrows would turn int ids into floats)
         row = ([str(r["rank"])] if ranked else []) + [str(r["item"])]
         if titles:
             row.append(titles.get(str(r["item"]), "")[:45])
+        row += [fmt.format(r[col]) for col, fmt in extra]
         lo, hi = max(low, r["mean"] - Z90 * r["std"]), min(high, r["mean"] + Z90 * r["std"])
-        row += [f"{r['mean']:.2f}", f"{r['std']:.2f}", f"[{lo:.2f}, {hi:.2f}]"]
+        row += [f"{min(max(r['mean'], low), high):.2f}", f"{r['std']:.2f}", f"[{lo:.2f}, {hi:.2f}]"]
         rows.append(row)
-    head = (["rank"] if ranked else []) + ["item"] + (["title"] if titles else []) + ["mean", "std", "90 % interval"]
+    head = ((["rank"] if ranked else []) + ["item"] + (["title"] if titles else [])
+            + [names.get(col, col) for col, _ in extra] + ["est", "std", "90 % interval"])
     widths = [max(len(h), *(len(row[k]) for row in rows)) if rows else len(h) for k, h in enumerate(head)]
     for line in [head, *rows]:
         print("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip())
@@ -335,12 +360,23 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--model", required=True, help="a model file written by `mogp-surprise fit` or MWGP.save")
     rec.add_argument("--user", required=True, help="raw user id (unknown: cold start, or folded in with --rate)")
     rec.add_argument("-n", type=int, default=10, help="number of items")
-    rec.add_argument("--strategy", default="mean", choices=["mean", "lcb", "ucb"],
-                     help="rank by mean, mean - kappa*std (risk-averse) or mean + kappa*std (exploratory)")
+    rec.add_argument("--strategy", default="mean", choices=["mean", "lcb", "ucb", "thompson"],
+                     help="rank by mean, mean - kappa*std (risk-averse), mean + kappa*std (exploratory) or one draw "
+                          "from the posterior (thompson)")
+    rec.add_argument("--seed", type=int, default=None, help="seed of the thompson draw (None: a fresh one)")
     rec.add_argument("--kappa", type=float, default=1.0, help="kappa of lcb/ucb")
     rec.add_argument("--rate", nargs="+", default=None, metavar="ITEM=RATING",
                      help="the user's ratings to fold in for this ranking (no refit)")
     rec.set_defaults(func=_recommend)
+
+    ask = sub.add_parser("ask", help="which items to ask a (new) user to rate: the answers that teach the model "
+                                     "most about them", **fmt)
+    ask.add_argument("--model", required=True, help="a model file written by `mogp-surprise fit` or MWGP.save")
+    ask.add_argument("--user", required=True, help="raw user id (new or known)")
+    ask.add_argument("-n", type=int, default=5, help="number of questions")
+    ask.add_argument("--rate", nargs="+", default=None, metavar="ITEM=RATING",
+                     help="the user's answers so far, folded in for this call (no refit)")
+    ask.set_defaults(func=_ask)
 
     pred = sub.add_parser("predict", help="predicted rating of one user and item, with its std and interval", **fmt)
     pred.add_argument("--model", required=True, help="a model file written by `mogp-surprise fit` or MWGP.save")

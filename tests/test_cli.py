@@ -196,7 +196,7 @@ def test_cli_fit_checkpoints_and_resumes(tmp_path, capsys):
 def test_cli_recommend_shows_titles_std_and_intervals_and_folds_in(saved_model, capsys):
     assert main(["recommend", "--model", str(saved_model), "--user", "1", "-n", "4"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[1].split() == ["rank", "item", "title", "mean", "std", "90", "%", "interval"]
+    assert out[1].split() == ["rank", "item", "title", "est", "std", "90", "%", "interval"]
     assert len(out) == 2 + 4 and "Movie number" in out[2] and "[" in out[2]
     assert main(["recommend", "--model", str(saved_model), "--user", "stranger", "-n", "3"]) == 0
     assert "cold-start ranking" in capsys.readouterr().out
@@ -209,6 +209,23 @@ def test_cli_recommend_shows_titles_std_and_intervals_and_folds_in(saved_model, 
     assert "rating scale [1, 5]" in capsys.readouterr().err
     assert main(["recommend", "--model", str(saved_model), "--user", "x", "--rate", "nope=3"]) == 2
     assert "not in the training data: ['nope']" in capsys.readouterr().err
+
+
+def test_cli_ask_lists_questions_with_titles_and_folds_in_answers(saved_model, capsys):
+    from mogp_surprise import MWGP
+
+    assert main(["ask", "--model", str(saved_model), "--user", "newcomer", "-n", "3"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "not in the training data; no answers yet" in out[0]
+    assert out[2].split() == ["rank", "item", "title", "gain", "chance", "est", "std", "90", "%", "interval"]
+    asked = [line.split()[1] for line in out[3:]]
+    assert len(asked) == 3 and asked == list(MWGP.load(saved_model).ask("newcomer", n=3)["item"])
+    assert main(["ask", "--model", str(saved_model), "--user", "newcomer", "--rate", f"{asked[0]}=5"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "1 answer(s) folded in" in out[0] and asked[0] not in [line.split()[1] for line in out[3:]]
+    assert main(["recommend", "--model", str(saved_model), "--user", "1", "-n", "3", "--strategy", "thompson",
+                 "--seed", "1"]) == 0
+    assert "Thompson sampling" in capsys.readouterr().out
 
 
 def test_cli_predict_prints_mean_std_and_interval(saved_model, capsys):

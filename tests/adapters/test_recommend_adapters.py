@@ -80,3 +80,62 @@ def test_cold_start_users_get_wider_honest_intervals():
     # ~2,400 cold ratings: a coverage estimate has a sampling std of ~0.007, so 0.03 is ~4 sigma
     assert res["cold"][1] >= res["warm"][1] - 0.03, res
     assert 0.85 <= res["warm"][1] <= 0.95 and 0.85 <= res["cold"][1] <= 0.95, res
+
+
+def test_est_is_the_mean_clipped_to_the_scale(fitted_pair):
+    algo, est = fitted_pair
+    for model in (algo, est):
+        frame = model.recommend_many(["u1", "u2", "someone-new"], n=20)
+        np.testing.assert_allclose(frame["est"], np.clip(frame["mean"], 1, 5))
+        assert frame["est"].between(1, 5).all()
+
+
+def test_thompson_recommend_on_both_adapters(fitted_pair):
+    algo, est = fitted_pair
+    for model in (algo, est):
+        one = model.recommend("u1", n=5, strategy="thompson", random_state=3)
+        assert one.equals(model.recommend("u1", n=5, strategy="thompson", random_state=3))
+        assert one["score"].is_monotonic_decreasing and list(one["rank"]) == [1, 2, 3, 4, 5]
+        lists = {tuple(model.recommend("new", n=3, strategy="thompson", random_state=s)["item"]) for s in range(6)}
+        assert len(lists) > 1  # draws explore
+
+
+def test_ask_on_both_adapters(fitted_pair, synthetic_df):
+    algo, est = fitted_pair
+    counts = synthetic_df["item"].value_counts()
+    for model in (algo, est):
+        q = model.ask("newcomer", n=4)
+        assert list(q.columns) == ["rank", "item", "gain", "answer_prob", "est", "mean", "std"]
+        assert len(q) == 4 and q["gain"].is_monotonic_decreasing and (q["gain"] > 0).all()
+        users = algo.trainset.n_users
+        np.testing.assert_allclose(q["answer_prob"], np.minimum(counts[q["item"]].to_numpy() / users, 1))
+        mean, var = model.posterior_.predict(np.array([[-1, model._item_codes([i])[0]] for i in q["item"]]))
+        np.testing.assert_allclose(q["mean"], mean, rtol=1e-6)  # a new user without answers: the cold start
+        # answers so far are folded in for the call; they are never asked again, and the model is not changed
+        before = model.posterior_
+        answered = {q["item"].iloc[0]: 5.0, q["item"].iloc[1]: 1.0}
+        nxt = model.ask("newcomer", n=3, ratings=answered)
+        assert not set(nxt["item"]) & set(answered) and model.posterior_ is before
+        folded = model.recommend("newcomer", n=1, ratings=answered)
+        assert folded is not None
+        # candidates: the choice among them, each answerable
+        pool = list(counts.index[-6:])
+        among = model.ask("newcomer", n=10, candidates=pool, exclude=pool[:2])
+        assert sorted(among["item"]) == sorted(pool[2:]) and (among["answer_prob"] == 1).all()
+        # a known user: their training ratings count, rated items are not asked
+        rated = set(synthetic_df.loc[synthetic_df["user"] == "u1", "item"])
+        known = model.ask("u1", n=5)
+        assert not set(known["item"]) & rated
+        assert known["gain"].iloc[0] < q["gain"].iloc[0]  # a known user has less to learn than a new one
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"n": 0}, "`n` must be"),
+    ({"candidates": ["no-such-item"]}, r"`candidates` holds 1 item id\(s\) not in the training data"),
+    ({"candidates": "i1"}, "`candidates` must be a list of item ids"),
+    ({"ratings": {"i1": 9}}, r"rating scale \[1, 5\]"),
+])
+def test_ask_bad_input_is_named(fitted_pair, kwargs, match):
+    algo, _ = fitted_pair
+    with pytest.raises(ValueError, match=match):
+        algo.ask("newcomer", **kwargs)

@@ -1,0 +1,94 @@
+"""Which items to ask a user about (core.elicit): the greedy covariance updates equal the Laplace posterior with
+those ratings, the gain is the drop of the weighted catalogue variance, the chance of an answer and the item
+sets are respected, bad inputs are named."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from mogp_surprise.core import MWGPConfig, fit_mwgp
+from mogp_surprise.core.elicit import ask
+from mogp_surprise.core.user_objective import context_for
+
+N_USERS, N_ITEMS = 40, 30
+
+
+@pytest.fixture(scope="module")
+def posterior():
+    rng = np.random.default_rng(1)
+    index = np.stack([rng.integers(0, N_USERS, 900), rng.integers(0, N_ITEMS, 900)], 1)
+    users, items = rng.normal(size=(N_USERS, 2)), rng.normal(size=(N_ITEMS, 2))
+    y = np.clip(np.round(3 + (users[index[:, 0]] * items[index[:, 1]]).sum(1) + rng.normal(0, 0.5, 900)), 1, 5)
+    return fit_mwgp(index, y, (N_USERS, N_ITEMS), MWGPConfig(n_epochs=4, n_inducing=16, batch_size=128,
+                                                             random_state=0, dtype="float64")).posterior
+
+
+def _weighted_variance(posterior, jac, weights, sigma):
+    return float(((jac @ sigma) * jac * weights[:, None]).sum()) * posterior.rating_std ** 2
+
+
+def test_each_gain_is_the_drop_of_the_laplace_catalogue_variance(posterior):
+    """Independent route: the Laplace covariance of the user with the asked items rated (autograd on those
+    ratings' own data), at the same parameters, gives the catalogue variance after each answer."""
+    items, ratings = np.array([0, 3, 7]), np.array([4.0, 2.0, 5.0])
+    weights = np.arange(1, N_ITEMS + 1, dtype=float)
+    q = ask(posterior, items, ratings, n=4, weights=weights)
+    assert q.items.size == 4 and not set(q.items) & set(items) and len(set(q.items)) == 4
+    ctx = context_for(posterior)
+    theta = torch.cat([torch.as_tensor(np.asarray(q.folded.raw[b.key])).reshape(-1) for b in ctx.blocks])
+    data = ctx.user_data(items, (ratings - ctx.rating_mean) / ctx.rating_std)
+    jac, _ = ctx.mean_jacobian(ctx.catalogue_data(data), theta)
+    w = torch.as_tensor(weights / weights.sum())
+    before = _weighted_variance(posterior, jac, w, ctx.laplace(data, theta)[1])
+    assert q.variance_before == pytest.approx(before, rel=1e-9)
+    for k in range(1, 5):  # the values of the answers do not matter: the precision does not depend on them
+        asked = np.concatenate([items, q.items[:k]])
+        answered = ctx.user_data(asked, np.zeros(asked.size))
+        answered.implicit = data.implicit  # the same parameters: the user's implicit sums as before the answers
+        after = _weighted_variance(posterior, jac, w, ctx.laplace(answered, theta)[1])
+        assert before - after == pytest.approx(q.gain[k - 1], rel=1e-7)
+        before = after
+    assert q.variance_after == pytest.approx(before, rel=1e-9)
+    assert (np.diff(q.gain) <= 1e-12).all()  # greedy gains of a submodular criterion do not grow
+
+
+def test_the_first_question_maximises_the_gain_over_every_candidate(posterior):
+    q = ask(posterior, np.array([], dtype=int), np.array([]), n=1)
+    gains = []
+    for j in range(N_ITEMS):
+        gains.append(ask(posterior, np.array([], dtype=int), np.array([]), n=1, candidates=[j]).gain[0])
+    assert q.items[0] == int(np.argmax(gains)) and q.gain[0] == pytest.approx(max(gains))
+    assert min(gains) > 0  # every item teaches something about a new user
+
+
+def test_answer_probability_candidates_and_exclusions(posterior):
+    first = ask(posterior, np.array([], dtype=int), np.array([]), n=1).items[0]
+    p = np.ones(N_ITEMS)
+    p[first] = 0.0  # an item nobody can answer teaches nothing
+    assert first not in ask(posterior, np.array([], dtype=int), np.array([]), n=5, answer_prob=p).items
+    half = np.full(N_ITEMS, 0.5)
+    full = ask(posterior, np.array([], dtype=int), np.array([]), n=1)
+    assert ask(posterior, np.array([], dtype=int), np.array([]), n=1, answer_prob=half).gain[0] < full.gain[0]
+    q = ask(posterior, np.array([1]), np.array([3.0]), n=10, candidates=[1, 2, 4, 5], exclude=[5])
+    assert sorted(q.items.tolist()) == [2, 4]  # rated and excluded items never asked; fewer than n left
+    assert ask(posterior, np.array([], dtype=int), np.array([]), n=3, candidates=[]).items.size == 0
+
+
+def test_a_known_user_as_fitted(posterior):
+    q = ask(posterior, np.array([], dtype=int), np.array([]), n=2, init_user=5, refit=False)
+    assert q.folded is None and q.items.size == 2 and q.variance_after < q.variance_before
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"n": 0}, "`n` must be"),
+    ({"candidates": [N_ITEMS]}, r"`candidates` must lie in \[0, 30\)"),
+    ({"exclude": [0.5]}, "`exclude` must hold inner item indices"),
+    ({"answer_prob": np.full(N_ITEMS, 1.5)}, r"`answer_prob` must hold finite values \[0, 1\]"),
+    ({"answer_prob": np.ones(3)}, r"shape \(30,\)"),
+    ({"weights": np.zeros(N_ITEMS)}, "positive sum"),
+    ({"init_user": N_USERS}, "`init_user` must be None or a user index"),
+])
+def test_bad_arguments_are_named(posterior, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ask(posterior, np.array([], dtype=int), np.array([]), **kwargs)
