@@ -31,13 +31,16 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"\nCold start: a user never seen in training, item {c['item']}: mean {c['mean']:.2f}, "
           f"std {c['std']:.2f} (average std over known test pairs: {c['mean_std_known']:.2f})")
     rec = result.recommendations
-    fmt = {"mean": lambda v: f"{v:.2f}", "std": lambda v: f"{v:.2f}"}
-    print(f"\nTop 5 for user {rec['user']} (a typical user of the training data):")
+    fmt = {"est": lambda v: f"{v:.2f}", "std": lambda v: f"{v:.2f}", "gain": lambda v: f"{v:.4f}"}
+    print(f"\nTop 5 for user {rec['user']} (a typical user of the training data; est: the mean within the scale):")
     print(rec["user_top"].to_string(index=False, formatters=fmt))
     print("\nTop 5 for a new user, before any rating (cold start: the population's favourites):")
     print(rec["new_top"].to_string(index=False, formatters=fmt))
+    print("\nOnboarding: among the films the new user has seen, ask about these first (mogp-surprise ask; gain: how much "
+          "the answer is expected to narrow their predictions):")
+    print(rec["questions"].to_string(index=False, formatters=fmt))
     shown = ", ".join(f"{item}={r:g}" for item, r in rec["new_ratings"].items())
-    print(f"\n... and after folding in their ratings {shown} (no refit; mogp-surprise recommend --rate):")
+    print(f"\n... and after folding in the answers {shown} (no refit; mogp-surprise recommend --rate):")
     print(rec["new_top_folded"].to_string(index=False, formatters=fmt))
     return 0
 
@@ -222,6 +225,7 @@ def _recommend(args: argparse.Namespace) -> int:
     elif not known:
         print(f"User {user} is not in the model and no --rate was given: cold-start ranking (the population's)")
     score = {"mean": "mean", "lcb": f"mean - {args.kappa:g} std", "ucb": f"mean + {args.kappa:g} std",
+             "auto": f"mean - {args.kappa:g} std for a user with fewer than 20 ratings, else mean",
              "thompson": "one draw from the posterior (Thompson sampling)"}[args.strategy]
     print(f"Top {len(frame)} by {score}; est: the mean within the rating scale; 90 % interval: mean +- "
           f"{Z90:.3f} std, within the rating scale")
@@ -360,9 +364,9 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--model", required=True, help="a model file written by `mogp-surprise fit` or MWGP.save")
     rec.add_argument("--user", required=True, help="raw user id (unknown: cold start, or folded in with --rate)")
     rec.add_argument("-n", type=int, default=10, help="number of items")
-    rec.add_argument("--strategy", default="mean", choices=["mean", "lcb", "ucb", "thompson"],
+    rec.add_argument("--strategy", default="auto", choices=["auto", "mean", "lcb", "ucb", "thompson"],
                      help="rank by mean, mean - kappa*std (risk-averse), mean + kappa*std (exploratory) or one draw "
-                          "from the posterior (thompson)")
+                          "from the posterior (thompson); auto: lcb for users with fewer than 20 ratings, else mean")
     rec.add_argument("--seed", type=int, default=None, help="seed of the thompson draw (None: a fresh one)")
     rec.add_argument("--kappa", type=float, default=1.0, help="kappa of lcb/ucb")
     rec.add_argument("--rate", nargs="+", default=None, metavar="ITEM=RATING",

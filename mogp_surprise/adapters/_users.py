@@ -36,29 +36,45 @@ class UserModelMixin:
             return self._recommend_many([user], n, strategy, kappa, exclude_rated, random_state).drop(columns="user")
         from ..core.recommend import check_strategy
 
-        check_strategy(strategy, kappa, n)  # before the fold-in's work
+        check_strategy(strategy, kappa, n, auto=True)  # before the fold-in's work
         post, row, items, _ = self._folded(user, ratings)
-        return self._frame(post, [user], np.array([row]), [items] if exclude_rated else None, n, strategy, kappa,
-                           random_state).drop(columns="user")
+        return self._frame(post, [user], np.array([row]), [items], n, strategy, kappa, random_state,
+                           exclude_rated).drop(columns="user")
 
     def _recommend_many(self, users: Any, n: int, strategy: str, kappa: float, exclude_rated: bool,
                         random_state: Any = None) -> pd.DataFrame:
+        from ..core.recommend import check_strategy
+
+        check_strategy(strategy, kappa, n, auto=True)
         post = self._user_item_posterior("recommend")
         users = list(users)
         inner = self._user_codes(users)
-        exclude = None
-        if exclude_rated:
-            exclude = [self._known_ratings(u)[0] if u >= 0 else np.empty(0, np.int64) for u in inner]
-        return self._frame(post, users, inner, exclude, n, strategy, kappa, random_state)
+        rated = [self._known_ratings(u)[0] if u >= 0 else np.empty(0, np.int64) for u in inner]
+        return self._frame(post, users, inner, rated, n, strategy, kappa, random_state, exclude_rated)
 
     def _frame(self, posterior: MWGPPosterior, raw_users: Sequence[Any], inner_users: np.ndarray,
-               exclude: list[np.ndarray] | None, n: int, strategy: str, kappa: float,
-               random_state: Any) -> pd.DataFrame:
-        """Top-N lists of several users as a tidy DataFrame (user, rank, item, est, mean, std, score)."""
-        from ..core.recommend import top_n
+               rated: list[np.ndarray], n: int, strategy: str, kappa: float, random_state: Any,
+               exclude_rated: bool) -> pd.DataFrame:
+        """Top-N lists of several users as a tidy DataFrame (user, rank, item, est, mean, std, score);
+        ``strategy="auto"``: LCB for the users with fewer than ``AUTO_FEW_RATINGS`` ratings, the mean otherwise."""
+        from ..core.recommend import AUTO, AUTO_FEW_RATINGS, TopN, top_n
 
-        result = top_n(posterior, inner_users, n=n, strategy=strategy, kappa=kappa, exclude=exclude,
-                       random_state=random_state)
+        exclude = rated if exclude_rated else None
+        if strategy == AUTO:
+            few = np.array([len(r) < AUTO_FEW_RATINGS for r in rated], dtype=bool)
+            parts = {s: top_n(posterior, inner_users[mask], n=n, strategy=s, kappa=kappa,
+                              exclude=None if exclude is None else [e for e, m in zip(exclude, mask) if m])
+                     for s, mask in (("lcb", few), ("mean", ~few)) if mask.any()}
+            width = min(n, posterior.n_levels[1])
+            result = TopN(np.full((len(few), width), -1, dtype=np.int64),
+                          *(np.full((len(few), width), np.nan) for _ in range(3)))
+            for s, mask in (("lcb", few), ("mean", ~few)):
+                if s in parts:
+                    for name in ("items", "mean", "std", "score"):
+                        getattr(result, name)[mask] = getattr(parts[s], name)
+        else:
+            result = top_n(posterior, inner_users, n=n, strategy=strategy, kappa=kappa, exclude=exclude,
+                           random_state=random_state)
         valid = result.items >= 0
         rows, ranks = np.nonzero(valid)
         users = np.asarray(list(raw_users), dtype=object)

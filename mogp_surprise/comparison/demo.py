@@ -63,19 +63,21 @@ def run_demo(data: LoadedData, mwgp_params: dict[str, Any] | None = None, test_s
 
 
 def _demo_recommendations(mwgp, trainset, data: LoadedData, n: int = 5) -> dict[str, Any]:
-    """Top-n of a typical training user (median number of ratings), and of a new user before and after
-    folding in another training user's ratings of a few of the most rated items."""
-    def titled(frame: pd.DataFrame) -> pd.DataFrame:
+    """Top-n of a typical training user (median number of ratings), and a new user onboarded: the top-n before
+    any rating, the items ``ask`` chooses among those another, frequent training rater has rated (the films
+    the newcomer says they have seen), and the top-n after folding in that rater's answers."""
+    def titled(frame: pd.DataFrame, columns=("rank", "item", "title", "est", "std")) -> pd.DataFrame:
         names = data.titles or {}
-        return frame.assign(title=[names.get(str(i), "") for i in frame["item"]])[
-            ["rank", "item", "title", "mean", "std"]] if names else frame[["rank", "item", "mean", "std"]]
+        frame = frame.assign(title=[names.get(str(i), "") for i in frame["item"]]) if names else frame
+        return frame[[c for c in columns if c in frame]]
 
     users = sorted(trainset.ur, key=lambda u: -len(trainset.ur[u]))
     user = trainset.to_raw_uid(users[len(users) // 2])
-    popular = sorted(trainset.ir, key=lambda i: -len(trainset.ir[i]))[:40]
-    donor = dict(trainset.ur[users[len(users) // 4]])  # another, frequent rater
-    rated = dict([(trainset.to_raw_iid(i), donor[i]) for i in popular if i in donor][:5])
+    donor = {trainset.to_raw_iid(i): r for i, r in trainset.ur[users[len(users) // 4]]}  # another, frequent rater
     new = "a new user"
+    questions = mwgp.ask(new, n=n, candidates=list(donor))
+    rated = {item: donor[item] for item in questions["item"]}
     return {"user": user, "user_top": titled(mwgp.recommend(user, n=n)),
             "new_top": titled(mwgp.recommend(new, n=n)),
+            "questions": titled(questions, ("rank", "item", "title", "gain")),
             "new_ratings": rated, "new_top_folded": titled(mwgp.recommend(new, n=n, ratings=rated))}

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from mogp_surprise import MWGP, MWGPRegressor
@@ -139,3 +140,19 @@ def test_ask_bad_input_is_named(fitted_pair, kwargs, match):
     algo, _ = fitted_pair
     with pytest.raises(ValueError, match=match):
         algo.ask("newcomer", **kwargs)
+
+
+def test_auto_strategy_is_lcb_for_users_with_few_ratings_and_mean_otherwise(fitted_pair, synthetic_df):
+    algo, est = fitted_pair
+    counts = synthetic_df["user"].value_counts()
+    heavy, light = counts.index[0], counts.index[-1]
+    assert counts[heavy] >= 20 > counts[light]
+    for model in (algo, est):
+        mixed = model.recommend_many([heavy, "brand-new", light], n=4)
+        for uid, strategy in ((heavy, "mean"), ("brand-new", "lcb"), (light, "lcb")):
+            alone = model.recommend(uid, n=4, strategy=strategy)
+            got = mixed[mixed["user"] == uid].drop(columns="user").reset_index(drop=True)
+            pd.testing.assert_frame_equal(got, alone, check_dtype=False)
+        assert model.recommend("brand-new", n=4).equals(model.recommend("brand-new", n=4, strategy="lcb"))
+        with pytest.raises(ValueError, match="`strategy` must be one of"):
+            model.recommend("u1", strategy="best")

@@ -23,8 +23,10 @@ def test_demo_reports_both_models_uncertainty_cold_start_and_recommendations():
     cold = result.cold_start
     assert cold["std"] > cold["mean_std_known"]  # an unseen user is less certain than the known test pairs
     rec = result.recommendations
-    assert len(rec["user_top"]) == len(rec["new_top"]) == 5 and len(rec["new_ratings"]) >= 1
+    assert len(rec["user_top"]) == len(rec["new_top"]) == 5 and len(rec["new_ratings"]) == 5
+    assert list(rec["questions"]["item"]) == list(rec["new_ratings"])  # the answers are those to ask's questions
+    assert rec["questions"]["gain"].is_monotonic_decreasing and (rec["new_top"]["est"] <= 5).all()
     assert not set(rec["new_top_folded"]["item"]) & set(rec["new_ratings"])  # rated items are excluded
     before, after = rec["new_top"], rec["new_top_folded"]  # the ratings changed the list or its predictions
-    assert list(after["item"]) != list(before["item"]) or np.abs(after["mean"].to_numpy()
-                                                                - before["mean"].to_numpy()).max() > 1e-3
+    assert list(after["item"]) != list(before["item"]) or np.abs(after["est"].to_numpy()
+                                                                - before["est"].to_numpy()).max() > 1e-3
