@@ -223,6 +223,9 @@ def main(argv=None) -> dict:
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
     torch.set_num_threads(max(1, torch.get_num_threads()))
+    if a.quick:
+        a.users, a.replay_users = min(a.users, 4), min(a.replay_users, 3)
+        a.policies = a.policies or ["random", "popularity", "greedy", "ask"]
     data = synthetic(6000) if a.quick else load_or_synthesize(a.dataset)
     df = data.ratings
     rng = np.random.default_rng(a.seed)
@@ -277,7 +280,7 @@ def main(argv=None) -> dict:
         rows = []
         for policy in REPLAY:
             t = time.perf_counter()
-            res = replay(world_r, policy, a.rounds if not a.quick else 6)
+            res = replay(world_r, policy, a.rounds if not a.quick else 5)
             rows.append({"policy": policy, **res, "s_per_user": (time.perf_counter() - t) / len(world_r.users)})
             print("replay", table([{k: v for k, v in rows[-1].items() if k != "curve"}]), flush=True)
         result["replay"] = rows

@@ -19,7 +19,7 @@ def _load(name: str):
     return module
 
 
-@pytest.mark.parametrize("name", ["epoch_time", "inference", "scaling", "accuracy", "cold_start", "topn", "context", "surprise_test_1m", "small_data", "foldin", "distributed", "serving", "regimes"])
+@pytest.mark.parametrize("name", ["epoch_time", "inference", "scaling", "accuracy", "cold_start", "topn", "context", "surprise_test_1m", "small_data", "foldin", "distributed", "serving", "regimes", "new_users"])
 def test_benchmark_quick_mode(name, tmp_path, capsys):
     out = tmp_path / f"{name}.json"
     _load(name).main(["--quick", "--out", str(out)])
