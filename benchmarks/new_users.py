@@ -156,7 +156,7 @@ def elicitation(world: World, policy: str, catalogue: bool) -> dict:
 
 
 def replay(world: World, policy: str, rounds: int) -> dict:
-    hits, se, first = [], [], []
+    hits, se = [], []
     for uid, (pool, evaluation) in world.users.items():
         rated = dict(pool + evaluation)
         allowed = np.zeros(world.n_items, dtype=bool)

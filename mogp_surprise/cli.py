@@ -209,14 +209,18 @@ def _parse_rates(algo, rates: list[str]) -> dict:
     return out
 
 
-def _recommend(args: argparse.Namespace) -> int:
+def _model_and_user(args: argparse.Namespace):
+    """The saved model, the user id as the model knows it, whether it is known, and the --rate ratings."""
     from .adapters.surprise_algo import MWGP
 
     algo = MWGP.load(args.model)
     users = algo._encoders()[0]
     user = _resolve(users, args.user)
-    known = user in users
-    ratings = _parse_rates(algo, args.rate) if args.rate else None
+    return algo, user, user in users, _parse_rates(algo, args.rate) if args.rate else None
+
+
+def _recommend(args: argparse.Namespace) -> int:
+    algo, user, known, ratings = _model_and_user(args)
     frame = algo.recommend(user, n=args.n, strategy=args.strategy, kappa=args.kappa, ratings=ratings,
                            random_state=args.seed)
     if ratings:
@@ -234,13 +238,7 @@ def _recommend(args: argparse.Namespace) -> int:
 
 
 def _ask(args: argparse.Namespace) -> int:
-    from .adapters.surprise_algo import MWGP
-
-    algo = MWGP.load(args.model)
-    users = algo._encoders()[0]
-    user = _resolve(users, args.user)
-    known = user in users
-    ratings = _parse_rates(algo, args.rate) if args.rate else None
+    algo, user, known, ratings = _model_and_user(args)
     frame = algo.ask(user, n=args.n, ratings=ratings)
     told = f"{len(ratings)} answer(s) folded in" if ratings else "no answers yet"
     who = "a known user: their training ratings count too" if known else "not in the training data"

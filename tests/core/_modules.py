@@ -76,3 +76,16 @@ def fitted(post, term: str, name: str):
 def population(post, term: str, name: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(mean, variance) of the population an unseen level's row of a term table is drawn from."""
     return fitted(post, term, name).population
+
+
+def random_ratings_posterior(n_users: int = 30, n_items: int = 25, dtype: str = "float32"):
+    """A posterior fitted (3 epochs) on 600 random 1..5 ratings of ``n_users`` x ``n_items`` (seeded)."""
+    import numpy as np
+
+    from mogp_surprise.core import fit_mwgp
+
+    rng = np.random.default_rng(0)
+    index = np.stack([rng.integers(0, n_users, 600), rng.integers(0, n_items, 600)], 1)
+    y = rng.integers(1, 6, 600).astype(float)
+    return fit_mwgp(index, y, (n_users, n_items), MWGPConfig(n_epochs=3, n_inducing=16, batch_size=128,
+                                                             random_state=0, dtype=dtype)).posterior

@@ -6,19 +6,16 @@ import numpy as np
 import pytest
 import torch
 
-from mogp_surprise.core import MWGPConfig, fit_mwgp
 from mogp_surprise.core.recommend import draw_generator, top_n
+
+from tests.core._modules import random_ratings_posterior
 
 N_USERS, N_ITEMS = 30, 25
 
 
 @pytest.fixture(scope="module")
 def posterior():
-    rng = np.random.default_rng(0)
-    index = np.stack([rng.integers(0, N_USERS, 600), rng.integers(0, N_ITEMS, 600)], 1)
-    y = rng.integers(1, 6, 600).astype(float)
-    return fit_mwgp(index, y, (N_USERS, N_ITEMS), MWGPConfig(n_epochs=3, n_inducing=16, batch_size=128,
-                                                             random_state=0, dtype="float64")).posterior
+    return random_ratings_posterior(N_USERS, N_ITEMS, dtype="float64")
 
 
 @pytest.mark.parametrize("user", [3, -1])
