@@ -240,11 +240,10 @@ def _recommend(args: argparse.Namespace) -> int:
 def _ask(args: argparse.Namespace) -> int:
     algo, user, known, ratings = _model_and_user(args)
     frame = algo.ask(user, n=args.n, ratings=ratings)
-    told = f"{len(ratings)} answer(s) folded in" if ratings else "no answers yet"
     who = "a known user: their training ratings count too" if known else "not in the training data"
-    print(f"User {user} ({who}; {told}). Ask about these {len(frame)} item(s) next, best first:")
-    print("gain: the expected drop of the variance of this user's predictions over the catalogue that the answer "
-          "brings; chance: that the user has seen the item")
+    print(f"User {user} ({who}; {f'{len(ratings)} answer(s) folded in' if ratings else 'no answers yet'}). Ask "
+          f"about these {len(frame)} item(s) next, best first:\ngain: the expected drop of the variance of this "
+          "user's predictions over the catalogue that the answer brings; chance: that the user has seen the item")
     _print_rows(algo, frame, extra=(("gain", "{:.4f}"), ("answer_prob", "{:.2f}")))
     return 0
 
@@ -252,21 +251,16 @@ def _ask(args: argparse.Namespace) -> int:
 def _print_rows(algo, frame, extra: tuple = ()) -> None:
     """One line per item: [rank,] item, [title,] [extra columns,] est (the mean clipped to the rating scale), std
     and the 90 % interval within the rating scale."""
-    titles = getattr(algo, "item_names_", None) or {}
-    low, high = algo.trainset.rating_scale
-    ranked = "rank" in frame
-    names = {"answer_prob": "chance"}
+    titles, (low, high), ranked = getattr(algo, "item_names_", None) or {}, algo.trainset.rating_scale, "rank" in frame
     rows = []
     for r in frame.astype({"item": object}).to_dict("records"):  # (iterrows would turn int ids into floats)
-        row = ([str(r["rank"])] if ranked else []) + [str(r["item"])]
-        if titles:
-            row.append(titles.get(str(r["item"]), "")[:45])
-        row += [fmt.format(r[col]) for col, fmt in extra]
+        row = ([str(r["rank"])] if ranked else []) + [str(r["item"])] + (
+            [titles.get(str(r["item"]), "")[:45]] if titles else []) + [fmt.format(r[col]) for col, fmt in extra]
         lo, hi = max(low, r["mean"] - Z90 * r["std"]), min(high, r["mean"] + Z90 * r["std"])
         row += [f"{min(max(r['mean'], low), high):.2f}", f"{r['std']:.2f}", f"[{lo:.2f}, {hi:.2f}]"]
         rows.append(row)
     head = ((["rank"] if ranked else []) + ["item"] + (["title"] if titles else [])
-            + [names.get(col, col) for col, _ in extra] + ["est", "std", "90 % interval"])
+            + [{"answer_prob": "chance"}.get(col, col) for col, _ in extra] + ["est", "std", "90 % interval"])
     widths = [max(len(h), *(len(row[k]) for row in rows)) if rows else len(h) for k, h in enumerate(head)]
     for line in [head, *rows]:
         print("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip())
@@ -371,13 +365,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the user's ratings to fold in for this ranking (no refit)")
     rec.set_defaults(func=_recommend)
 
-    ask = sub.add_parser("ask", help="which items to ask a (new) user to rate: the answers that teach the model "
-                                     "most about them", **fmt)
+    ask = sub.add_parser("ask", help="which items to ask a (new) user to rate: the answers that teach most", **fmt)
     ask.add_argument("--model", required=True, help="a model file written by `mogp-surprise fit` or MWGP.save")
     ask.add_argument("--user", required=True, help="raw user id (new or known)")
     ask.add_argument("-n", type=int, default=5, help="number of questions")
-    ask.add_argument("--rate", nargs="+", default=None, metavar="ITEM=RATING",
-                     help="the user's answers so far, folded in for this call (no refit)")
+    ask.add_argument("--rate", nargs="+", default=None, metavar="ITEM=RATING", help="the answers so far (no refit)")
     ask.set_defaults(func=_ask)
 
     pred = sub.add_parser("predict", help="predicted rating of one user and item, with its std and interval", **fmt)
