@@ -57,24 +57,12 @@ class UserModelMixin:
                exclude_rated: bool) -> pd.DataFrame:
         """Top-N lists of several users as a tidy DataFrame (user, rank, item, est, mean, std, score);
         ``strategy="auto"``: LCB for the users with fewer than ``AUTO_FEW_RATINGS`` ratings, the mean otherwise."""
-        from ..core.recommend import AUTO, AUTO_FEW_RATINGS, TopN, top_n
+        from ..core.recommend import AUTO, AUTO_FEW_RATINGS, top_n
 
-        exclude = rated if exclude_rated else None
         if strategy == AUTO:
-            few = np.array([len(r) < AUTO_FEW_RATINGS for r in rated], dtype=bool)
-            parts = {s: top_n(posterior, inner_users[mask], n=n, strategy=s, kappa=kappa,
-                              exclude=None if exclude is None else [e for e, m in zip(exclude, mask) if m])
-                     for s, mask in (("lcb", few), ("mean", ~few)) if mask.any()}
-            width = min(n, posterior.n_levels[1])
-            result = TopN(np.full((len(few), width), -1, dtype=np.int64),
-                          *(np.full((len(few), width), np.nan) for _ in range(3)))
-            for s, mask in (("lcb", few), ("mean", ~few)):
-                if s in parts:
-                    for name in ("items", "mean", "std", "score"):
-                        getattr(result, name)[mask] = getattr(parts[s], name)
-        else:
-            result = top_n(posterior, inner_users, n=n, strategy=strategy, kappa=kappa, exclude=exclude,
-                           random_state=random_state)
+            strategy = ["lcb" if len(r) < AUTO_FEW_RATINGS else "mean" for r in rated]
+        result = top_n(posterior, inner_users, n=n, strategy=strategy, kappa=kappa,
+                       exclude=rated if exclude_rated else None, random_state=random_state)
         valid = result.items >= 0
         rows, ranks = np.nonzero(valid)
         users = np.asarray(list(raw_users), dtype=object)
@@ -129,10 +117,8 @@ class UserModelMixin:
 
     def _ask(self, user: Any, n: int, ratings: Any, candidates: Any, exclude: Any) -> pd.DataFrame:
         from ..core.elicit import ask
-        from ..core.errors import check_int
 
         post = self._user_item_posterior("ask")
-        check_int("n", n, 1)
         inner, items, values = self._user_ratings(user, {} if ratings is None else ratings)
         chosen = {name: None if raw is None else self._known_item_codes(name, raw)
                   for name, raw in (("candidates", candidates), ("exclude", exclude))}

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from .errors import check_int
-from .foldin import _check_init, _check_ratings, _fold
+from .foldin import _check_init, _check_ratings, _fold_state
 from .posterior import MWGPPosterior
 from .state import FoldedUser
 from .user_objective import context_for
@@ -101,14 +101,11 @@ def ask(posterior: MWGPPosterior, items: np.ndarray, ratings: np.ndarray, n: int
         raise ValueError("`weights` must have a positive sum")
 
     data = ctx.user_data(items, y)
-    folded = None
     if refit and data.n:
-        folded = _fold(ctx, items, y, init, 100, 1e-7)
-        theta = torch.cat([torch.as_tensor(np.asarray(folded.raw[b.key], dtype=np.float64)).reshape(-1)
-                           for b in ctx.blocks]).to(ctx.device) if ctx.blocks else ctx.start(data, None)
+        folded, theta, sigma = _fold_state(ctx, data, init, 100, 1e-7)
     else:
-        theta = ctx.start(data, init)
-    _, sigma = ctx.laplace(data, theta)
+        folded, theta = None, ctx.start(data, init)
+        sigma = ctx.laplace(data, theta)[1]
     catalogue = ctx.catalogue_data(data)
     jac, lam = ctx.mean_jacobian(catalogue, theta)
     weight = torch.full((n_items,), 1.0 / n_items, dtype=torch.float64, device=ctx.device) if w is None else \

@@ -72,7 +72,7 @@ from torch import Tensor
 from .errors import NumericalError, check_finite_ratings, check_int
 from .posterior import MWGPPosterior
 from .state import FoldedUser
-from .user_objective import PRIORS, FoldInContext, context_for
+from .user_objective import PRIORS, FoldInContext, UserData, context_for
 
 __all__ = ["FoldedUser", "fold_in", "fold_in_many", "fold_in_objective", "PRIORS"]
 
@@ -221,7 +221,12 @@ def _check_init(ctx: FoldInContext, init, where: str) -> int | None:
 
 def _fold(ctx: FoldInContext, items: np.ndarray, y: np.ndarray, init: int | None, max_iter: int,
           tol: float) -> FoldedUser:
-    data = ctx.user_data(items, y)
+    return _fold_state(ctx, ctx.user_data(items, y), init, max_iter, tol)[0]
+
+
+def _fold_state(ctx: FoldInContext, data: UserData, init: int | None, max_iter: int,
+                tol: float) -> tuple[FoldedUser, Tensor, Tensor]:
+    """The folded user, and their raw parameter vector and Laplace covariance as tensors (for :mod:`.elicit`)."""
     theta = ctx.start(data, init if data.n else None)
     n_iter = 0
     if data.n:  # (0 ratings: nothing to fit, the prior's values, predicted as the cold-start user)
@@ -247,6 +252,7 @@ def _fold(ctx: FoldInContext, items: np.ndarray, y: np.ndarray, init: int | None
     variances, covariance = ctx.laplace(data, theta)
     raw = {b.key: b.of(theta).cpu().numpy() for b in ctx.blocks}
     rows = {b.key: (b.of(theta) + data.implicit[b.key]).cpu().numpy() for b in ctx.blocks}
-    return FoldedUser(rows=rows, raw=raw, variances={k: v.cpu().numpy() for k, v in variances.items()},
-                      n_ratings=data.n, objective=float(value), n_iter=n_iter, covariance=covariance.cpu().numpy(),
-                      layout=[(b.key, b.width) for b in ctx.laplace_blocks])
+    folded = FoldedUser(rows=rows, raw=raw, variances={k: v.cpu().numpy() for k, v in variances.items()},
+                        n_ratings=data.n, objective=float(value), n_iter=n_iter, covariance=covariance.cpu().numpy(),
+                        layout=[(b.key, b.width) for b in ctx.laplace_blocks])
+    return folded, theta, covariance

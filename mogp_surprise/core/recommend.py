@@ -53,7 +53,8 @@ def draw_generator(random_state: Any, device: torch.device) -> torch.Generator:
     return generator
 
 
-def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: str = "mean", kappa: float = 1.0,
+def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: str | Sequence[str] = "mean",
+          kappa: float = 1.0,
           exclude: Sequence[np.ndarray] | None = None, chunk_size: int | None = None,
           random_state: Any = None) -> TopN:
     """Rank every item for each user of a (user, item) model.
@@ -69,7 +70,7 @@ def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: st
         Inner user indices; -1 for a user unseen in training (cold start).
     n : int
         Length of each list.
-    strategy : {"mean", "lcb", "ucb", "thompson"}
+    strategy : {"mean", "lcb", "ucb", "thompson"}, or a sequence of them, one per user
         Score = mean, mean - kappa * std, mean + kappa * std, or one joint draw of the user's expected ratings
         from the posterior (:func:`~.sampling.catalogue_draw`; a new draw for every user and call).
     kappa : float
@@ -80,7 +81,9 @@ def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: st
     random_state : None, int or numpy Generator
         The draws of ``"thompson"`` (None: fresh entropy, so that repeated calls explore).
     """
-    check_strategy(strategy, kappa, n)
+    strategies = [strategy] * len(np.atleast_1d(users)) if isinstance(strategy, str) else list(strategy)
+    for one in (strategies or ["mean"]):
+        check_strategy(one, kappa, n)
     if posterior.n_factors != 2:
         raise ValueError(f"top-N ranking needs a (user, item) model; this one has {posterior.n_factors} factors")
     users = np.asarray(users, dtype=np.int64).reshape(-1)
@@ -89,12 +92,15 @@ def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: st
         raise ValueError(f"user indices must lie in [-1, {n_users}), got range [{users.min()}, {users.max()}]")
     if exclude is not None and len(exclude) != len(users):
         raise ValueError(f"`exclude` must hold one array per user ({len(users)}), got {len(exclude)}")
+    if len(strategies) != len(users):
+        raise ValueError(f"`strategy` must be one strategy or one per user ({len(users)}), got {len(strategies)}")
     k, width = len(users), min(n, n_items)
     out_items = np.full((k, width), -1, dtype=np.int64)
     out = {name: np.full((k, width), np.nan) for name in ("mean", "std", "score")}
     device = posterior.device
-    sign = {"mean": 0.0, "lcb": -1.0, "ucb": 1.0, "thompson": 0.0}[strategy]
-    generator = draw_generator(random_state, device) if strategy == "thompson" else None
+    signs = np.array([{"mean": 0.0, "lcb": -1.0, "ucb": 1.0, "thompson": 0.0}[s] for s in strategies])
+    drawn_users = np.array([s == "thompson" for s in strategies], dtype=bool)
+    generator = draw_generator(random_state, device) if drawn_users.any() else None
     per_chunk = max(1, (chunk_size or posterior.chunk_size) // max(width, 1))
     for start in range(0, k, per_chunk):
         block = users[start:start + per_chunk]
@@ -102,7 +108,8 @@ def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: st
         best_scores, bests = [], []
         for row, user in enumerate(block.tolist()):
             # ranking by the mean needs no variance; the reported values are the n chosen items' predictive
-            if generator is not None:
+            sign = float(signs[start + row])
+            if drawn_users[start + row]:
                 score = posterior.catalogue_draw(user, generator)
             else:
                 mean, var = posterior.catalogue_moments(user, variance=bool(sign))
@@ -121,9 +128,11 @@ def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: st
         rows = slice(start, start + b)
         out_items[rows] = best.masked_fill(~valid, -1).cpu().numpy()
         best_mean, best_std = best_mean.view(b, width), best_var.sqrt().view(b, width)
-        drawn = best_score.to(best_mean.dtype).view(b, width)
+        sign = torch.as_tensor(signs[rows], dtype=best_mean.dtype, device=device).unsqueeze(1)
+        drawn = torch.as_tensor(drawn_users[rows], device=device).unsqueeze(1)
         picked = {"mean": best_mean, "std": best_std,
-                  "score": drawn if generator is not None else best_mean + sign * kappa * best_std}
+                  "score": torch.where(drawn, best_score.to(best_mean.dtype).view(b, width),
+                                       best_mean + sign * kappa * best_std)}
         for name, values in picked.items():
             out[name][rows] = values.masked_fill(~valid, math.nan).double().cpu().numpy()
     return TopN(out_items, out["mean"], out["std"], out["score"])

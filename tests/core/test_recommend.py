@@ -82,3 +82,14 @@ def test_means_alone_equal_the_full_predictive(posterior):
         ref_mean, ref_var = posterior.moments(index)
         np.testing.assert_allclose(mean.numpy(), ref_mean.numpy(), rtol=1e-6)
         np.testing.assert_allclose(var.numpy(), ref_var.numpy(), rtol=1e-4)
+
+
+def test_one_strategy_per_user(posterior):
+    users = np.array([0, 1, -1])
+    mixed = top_n(posterior, users, n=4, strategy=["lcb", "mean", "ucb"])
+    for row, strategy in enumerate(["lcb", "mean", "ucb"]):
+        alone = top_n(posterior, users[row:row + 1], n=4, strategy=strategy)
+        np.testing.assert_array_equal(mixed.items[row], alone.items[0])
+        np.testing.assert_allclose(mixed.score[row], alone.score[0])
+    with pytest.raises(ValueError, match="one strategy or one per user"):
+        top_n(posterior, users, strategy=["lcb"])
