@@ -78,7 +78,11 @@ VALID = [
 ]
 
 
-@pytest.mark.parametrize("name, value", VALID, ids=[f"{n}={v!r}" for n, v in VALID])
+# ids without memory addresses (a Generator's repr has one), so parallel runners collect the same tests
+VALID_IDS = [f"{n}={type(v).__name__ if isinstance(v, np.random.Generator) else repr(v)}" for n, v in VALID]
+
+
+@pytest.mark.parametrize("name, value", VALID, ids=VALID_IDS)
 def test_valid_values_are_accepted(name: str, value) -> None:
     cfg = MWGPConfig(**{name: value})
     assert getattr(cfg, name) is value

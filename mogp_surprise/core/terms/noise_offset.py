@@ -141,14 +141,15 @@ class LazyOffsetKL:
         self.term, self.factor, self.inv_n = term, factor, 1.0 / n_data
         table = term.table(f"offset_{factor}").detach().double()
         self.sums = torch.stack([(table[:, 0] ** 2 + torch.exp(table[:, 1])).sum(), table[:, 1].sum()])
-        self.cumulative = torch.zeros(total_steps + 2, dtype=torch.float64)
+        # on the table's device: the torch path below indexes it with the rows' last steps (a CUDA tensor on a GPU)
+        self.cumulative = torch.zeros(total_steps + 2, dtype=torch.float64, device=table.device)
 
     def state_dict(self) -> dict:
         return {"sums": self.sums.clone(), "cumulative": self.cumulative.clone()}
 
     def load_state_dict(self, state: dict) -> None:
         self.sums.copy_(state["sums"])
-        self.cumulative = state["cumulative"].clone()
+        self.cumulative = state["cumulative"].to(self.sums.device, copy=True)
 
     @torch.no_grad()
     def update(self, param: Tensor, packed_rows: Tensor, rows: Tensor, grad: Tensor, t: int, betas, eps: float,
