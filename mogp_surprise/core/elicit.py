@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from .errors import check_int
-from .foldin import _check_init, _check_ratings, _fold_state
+from .foldin import TOL, _check_init, _check_ratings, _fold_state
 from .posterior import MWGPPosterior
 from .state import FoldedUser
 from .user_objective import context_for
@@ -102,7 +102,7 @@ def ask(posterior: MWGPPosterior, items: np.ndarray, ratings: np.ndarray, n: int
 
     data = ctx.user_data(items, y)
     if refit and data.n:
-        folded, theta, sigma = _fold_state(ctx, data, init, 100, 1e-7)
+        folded, theta, sigma = _fold_state(ctx, data, init, 100, TOL)
     else:
         folded, theta = None, ctx.start(data, init)
         sigma = ctx.laplace(data, theta)[1]

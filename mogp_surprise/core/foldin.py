@@ -39,7 +39,9 @@ prior is on x_u and p~_u, the model's on a_u and p_u. Homoscedastic models have 
 (lambda_j = 1 / sigma^2), models without biases no b_u.
 
 L is maximised in float64 by L-BFGS (strong Wolfe line search), from the prior's mean or from a
-known user's fitted values (``init_user``). At the optimum the user gets the diagonal
+known user's fitted values (``init_user``); for a user with few ratings (``WHITEN_MAX_RATINGS``) in
+coordinates whitened by the Hessian of -L at the start (:func:`_whitening`), where it needs about half
+the steps. At the optimum the user gets the diagonal
 Gauss-Newton (Laplace) variances that :func:`~mogp_surprise.core.laplace.laplace_variances` gives
 trained users (and, for choosing what to ask a user, the full Gauss-Newton covariance of those entries) (with the model's priors, 1 / v_x = embedding_reg, 1 / v_b = bias_reg, 1 / v_p = mf_reg)::
 
@@ -76,9 +78,12 @@ from .user_objective import PRIORS, FoldInContext, UserData, context_for
 
 __all__ = ["FoldedUser", "fold_in", "fold_in_many", "fold_in_objective", "PRIORS"]
 
+#: fold-in's default gradient tolerance (see ``tol`` of :func:`fold_in`)
+TOL = 1e-5
+
 
 def fold_in(posterior: MWGPPosterior, items: np.ndarray, ratings: np.ndarray, init_user: int | None = None,
-            max_iter: int = 100, tol: float = 1e-7, prior: str = "population", repeats: bool = False) -> FoldedUser:
+            max_iter: int = 100, tol: float = TOL, prior: str = "population", repeats: bool = False) -> FoldedUser:
     """Infer one user's rows of every term (embedding, bias, bilinear factor, noise offset) from their ratings
     (see the module docstring).
 
@@ -95,8 +100,11 @@ def fold_in(posterior: MWGPPosterior, items: np.ndarray, ratings: np.ndarray, in
         instead of the prior mean.
     max_iter : int, default=100
         Maximum number of L-BFGS iterations.
-    tol : float, default=1e-7
-        Stop when every gradient entry is below ``tol`` in absolute value.
+    tol : float, default=1e-5
+        Stop when every gradient entry is below ``tol`` in absolute value: the gradient in the coordinates the
+        optimiser works in, whitened by the objective's Hessian at the start for users with up to
+        ``WHITEN_MAX_RATINGS`` ratings (there an entry is about the distance to the optimum along one
+        direction, in units of the posterior standard deviation), the raw parameters' above.
     prior : {"population", "model"}, default="population"
         The user's prior: the learned users' population or the model's own priors (module docstring).
     repeats : bool, default=False
@@ -122,7 +130,7 @@ def fold_in(posterior: MWGPPosterior, items: np.ndarray, ratings: np.ndarray, in
 
 def fold_in_many(posterior: MWGPPosterior, users: Sequence[tuple[np.ndarray, np.ndarray]],
                  init_users: Sequence[int | None] | None = None, max_iter: int = 100,
-                 tol: float = 1e-7, prior: str = "population", repeats: bool = False) -> list[FoldedUser]:
+                 tol: float = TOL, prior: str = "population", repeats: bool = False) -> list[FoldedUser]:
     """:func:`fold_in` for several users: the fixed quantities are prepared once.
 
     Parameters
@@ -219,6 +227,35 @@ def _check_init(ctx: FoldInContext, init, where: str) -> int | None:
     return int(init)
 
 
+#: up to this many ratings fold-in works in coordinates whitened by the objective's Hessian at the start
+WHITEN_MAX_RATINGS = 64
+
+
+def _whitening(ctx: FoldInContext, data: UserData, start: Tensor) -> Tensor | None:
+    """P with theta = start + P z, P = V diag(e)^(-1/2) from the Hessian V diag(e) V^T of the negative objective at
+    the start (its eigenvalues floored at 1e-3 of the largest), or None: above ``WHITEN_MAX_RATINGS`` ratings, or
+    where that Hessian is not finite.
+
+    In these coordinates the objective is about as curved in every direction, so L-BFGS needs fewer steps: a user
+    with 10 ratings of ML-1M's default model takes 11 evaluations of the objective instead of 20 (12.3 against
+    20.6 ms with the Hessian's 2.8 ms). With many ratings the Hessian (one backward pass per parameter, over every
+    rating) costs more than the steps it saves (300 ratings: 65 against 45 ms), and L-BFGS runs on theta itself.
+    """
+    if data.n > WHITEN_MAX_RATINGS:
+        return None
+    from torch.autograd.functional import hessian
+
+    with torch.enable_grad():
+        h = hessian(lambda theta: -ctx.objective(data, theta), start, vectorize=True)
+    if not torch.isfinite(h).all():
+        return None
+    e, v = torch.linalg.eigh(0.5 * (h + h.T))
+    top = e.max()
+    if not top > 0:
+        return None
+    return v / e.clamp_min(1e-3 * top).sqrt()
+
+
 def _fold(ctx: FoldInContext, items: np.ndarray, y: np.ndarray, init: int | None, max_iter: int,
           tol: float) -> FoldedUser:
     return _fold_state(ctx, ctx.user_data(items, y), init, max_iter, tol)[0]
@@ -230,20 +267,23 @@ def _fold_state(ctx: FoldInContext, data: UserData, init: int | None, max_iter: 
     theta = ctx.start(data, init if data.n else None)
     n_iter = 0
     if data.n:  # (0 ratings: nothing to fit, the prior's values, predicted as the cold-start user)
-        param = theta.clone().requires_grad_(True)
+        start = theta
+        whiten = _whitening(ctx, data, start)
+        param = torch.zeros_like(start) if whiten is not None else start.clone()
+        param.requires_grad_(True)
         optimizer = torch.optim.LBFGS([param], lr=1.0, max_iter=max_iter, tolerance_grad=tol,
-                                      tolerance_change=1e-14, history_size=20, line_search_fn="strong_wolfe")
+                                      tolerance_change=1e-16, history_size=20, line_search_fn="strong_wolfe")
 
         def closure() -> Tensor:
             optimizer.zero_grad(set_to_none=True)
-            loss = -ctx.objective(data, param)
+            loss = -ctx.objective(data, param if whiten is None else start + whiten @ param)
             loss.backward()
             return loss
 
         with torch.enable_grad():  # also when called under torch.no_grad()
             optimizer.step(closure)
         n_iter = int(optimizer.state[param].get("n_iter", 0))
-        theta = param.detach()
+        theta = param.detach() if whiten is None else start + whiten @ param.detach()
     with torch.no_grad():
         value = ctx.objective(data, theta)
         if data.n and not (torch.isfinite(theta).all() and torch.isfinite(value)):
