@@ -26,3 +26,11 @@ def test_benchmark_quick_mode(name, tmp_path, capsys):
     payload = json.loads(out.read_text())
     assert payload["benchmark"].startswith(name) and payload["machine"]["torch"]
     assert "wrote" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the message without CUDA")
+def test_the_cuda_check_says_when_there_is_no_gpu(tmp_path, capsys):
+    """benchmarks/cuda_check.py runs only on a GPU; without one it says so and exits with status 2."""
+    assert _load("cuda_check").main(["--quick", "--out", str(tmp_path / "c.json")]) == 2
+    assert "CUDA is not available" in capsys.readouterr().err
+    assert not (tmp_path / "c.json").exists()

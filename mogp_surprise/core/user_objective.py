@@ -170,6 +170,15 @@ class FoldInContext:
         k = data.item_kernel * torch.exp(-0.5 * (d * d).sum(-1))
         return k @ self.w, self.kernel.outputscale + ((k @ self.M) * k).sum(-1)
 
+    def _f_mean_and_gradient(self, data: UserData, x: Tensor) -> tuple[Tensor, Tensor]:
+        """E[f] at every rating and its gradient in the user's GP input ``x`` (r,), one input for all ratings:
+        with u_l = k_A(x, z_l) and c_l = u_l w_l, E[f_j] = sum_l K_jl c_l and d E[f_j] / dx = -sum_l K_jl c_l
+        (x / ls - z_l / ls) / ls (K: ``data.item_kernel``), without the (n, m, r) differences of the per-rating
+        form (:meth:`f_moments`)."""
+        d = x / self.user_lengthscale - self.user_inducing  # (m, r)
+        c = torch.exp(-0.5 * (d * d).sum(-1)) * self.w  # (m,)
+        return data.item_kernel @ c, data.item_kernel @ (c.unsqueeze(-1) * d / -self.user_lengthscale)
+
     def log_prior(self, data: UserData, theta: Tensor) -> Tensor:
         """The log prior of the user's rows: the Gaussian ones at once, then the terms' own."""
         d = theta - data.prior_center
@@ -210,7 +219,14 @@ class FoldInContext:
         copies = theta.detach().expand(data.n, self.dim).clone().requires_grad_(True)
         with torch.enable_grad():
             parts = self.parts(data, copies)
-            f_mean, _ = self.f_moments(data, parts)
+            x = parts.inputs[0].value
+            if torch.equal(x, x[:1].expand_as(x)):
+                # one GP input for every rating (the copies are equal): E[f] and its gradient in x in closed form,
+                # entered as the first-order surrogate f + g . (x - x0), whose gradient is g dx/dtheta
+                f_mean, grad = self._f_mean_and_gradient(data, x[0].detach())
+                f_mean = f_mean + (grad * (x - x.detach())).sum(-1)
+            else:
+                f_mean, _ = self.f_moments(data, parts)
             if parts.latent_log_scale is not None:
                 f_mean = torch.exp(parts.latent_log_scale) * f_mean
             (jac,) = torch.autograd.grad((parts.mean + f_mean).sum(), copies)

@@ -4,6 +4,7 @@ against the training ELBO are checked through ``fold_in_objective`` in ``test_fo
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from mogp_surprise.core.foldin import fold_in
@@ -11,7 +12,7 @@ from mogp_surprise.core.kernels import paired_kernel
 from mogp_surprise.core.objective import noise_moments
 from mogp_surprise.core.user_objective import FoldInContext
 from tests.core._modules import features, fitted, parts, population
-from tests.core.test_foldin import FACTOR, INPUT, ITEMS, R, USER, _implicit, _random_model
+from tests.core.test_foldin import FACTOR, INPUT, ITEMS, LEVELS, R, USER, _implicit, _random_model
 
 
 def _user_index() -> torch.Tensor:
@@ -83,3 +84,27 @@ def test_the_parameter_layout_and_the_start() -> None:
     assert float(blocks["bias.bias_0"].of(known)) == float(fitted(post, "bias", "bias_0").values[USER])
     np.testing.assert_allclose(blocks["noise_offset.offset_0"].of(known).numpy(),
                                fitted(post, "noise_offset", "offset_0").values[USER].numpy())
+
+
+@pytest.mark.parametrize("implicit,mf_rank", [(True, 2), (False, 0)])
+def test_the_mean_jacobian_equals_forward_mode_differentiation_of_the_per_rating_means(implicit, mf_rank) -> None:
+    """mean_jacobian's closed-form GP part (one input for every rating) against torch.func.jacfwd of the
+    predictive means of the general per-rating form (f_moments), at a point away from the start."""
+    from torch.func import jacfwd
+
+    _, post = _random_model(True, implicit, True, mf_rank)
+    ctx = FoldInContext(post)
+    data = ctx.catalogue_data(ctx.user_data(ITEMS, np.linspace(-1.0, 1.0, len(ITEMS))))
+    theta = ctx.start(data, None) + 0.3 * torch.randn(ctx.dim, generator=torch.Generator().manual_seed(4),
+                                                      dtype=torch.float64)
+
+    def means(t):
+        parts = ctx.parts(data, t)
+        return parts.mean + ctx.f_moments(data, parts)[0]
+
+    want = jacfwd(means)(theta)
+    want = torch.cat([want[:, b.start:b.start + b.width] for b in ctx.laplace_blocks], dim=1)
+    got, _ = ctx.mean_jacobian(data, theta)
+    assert got.shape == (LEVELS[1], sum(b.width for b in ctx.laplace_blocks))
+    assert float(want[:, :R].abs().max()) > 1e-3  # the GP input's part is not trivially zero
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-10, atol=1e-12)
