@@ -104,7 +104,7 @@ def fold_in(posterior: MWGPPosterior, items: np.ndarray, ratings: np.ndarray, in
         Stop when every gradient entry is below ``tol`` in absolute value: the gradient in the coordinates the
         optimiser works in, whitened by the objective's Hessian at the start for users with up to
         ``WHITEN_MAX_RATINGS`` ratings (there an entry is about the distance to the optimum along one
-        direction, in units of the posterior standard deviation), the raw parameters' above.
+        direction, in units of the posterior standard deviation); for more ratings, of the raw parameters.
     prior : {"population", "model"}, default="population"
         The user's prior: the learned users' population or the model's own priors (module docstring).
     repeats : bool, default=False

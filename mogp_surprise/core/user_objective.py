@@ -220,7 +220,7 @@ class FoldInContext:
         with torch.enable_grad():
             parts = self.parts(data, copies)
             x = parts.inputs[0].value
-            if torch.equal(x, x[:1].expand_as(x)):
+            if x.shape[0] and torch.equal(x, x[:1].expand_as(x)):
                 # one GP input for every rating (the copies are equal): E[f] and its gradient in x in closed form,
                 # entered as the first-order surrogate f + g . (x - x0), whose gradient is g dx/dtheta
                 f_mean, grad = self._f_mean_and_gradient(data, x[0].detach())
