@@ -25,6 +25,15 @@ AUTO_BATCH, MIN_AUTO_BATCH, MIN_STEPS = 8192, 256, 360
 EARLY_STOPPING_BELOW = 200_000
 
 
+def seeded_generator(random_state: Any, device: torch.device | str = "cpu") -> torch.Generator:
+    """A torch generator on ``device`` seeded from ``random_state`` (None: fresh entropy; an int; a numpy
+    ``Generator``, advanced by one draw): the one place a ``random_state`` becomes torch's random numbers."""
+    rng = random_state if isinstance(random_state, np.random.Generator) else np.random.default_rng(random_state)
+    generator = torch.Generator(device=device)
+    generator.manual_seed(int(rng.integers(0, 2 ** 62)))
+    return generator
+
+
 @dataclass(frozen=True)
 class MWGPConfig:
     """Hyper-parameters of the MW-GP model and its trainer.

@@ -10,6 +10,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from .config import seeded_generator
 from .errors import check_int
 from .posterior import MWGPPosterior
 
@@ -47,10 +48,7 @@ def draw_generator(random_state: Any, device: torch.device) -> torch.Generator:
     if random_state is not None and not isinstance(random_state, (numbers.Integral, np.random.Generator)) \
             or isinstance(random_state, bool):
         raise ValueError(f"`random_state` must be None, an int or a numpy Generator, got {random_state!r}")
-    rng = random_state if isinstance(random_state, np.random.Generator) else np.random.default_rng(random_state)
-    generator = torch.Generator(device=device)
-    generator.manual_seed(int(rng.integers(2 ** 62)))
-    return generator
+    return seeded_generator(random_state, device)
 
 
 def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: str | Sequence[str] = "mean",

@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 
 from . import checkpoint as ckpt
 from .checkpoint import Checkpointing
-from .config import MWGPConfig
+from .config import MWGPConfig, seeded_generator
 from .distributed import DataParallel, touched_rows
 from .errors import NumericalError, check_finite_ratings
 from .initialization import initialise
@@ -64,13 +64,6 @@ def validate_training_data(index: np.ndarray, ratings: np.ndarray, n_levels: tup
             raise ValueError(f"`index[:, {f}]` must lie in [0, {n}), got range [{col.min()}, {col.max()}]")
 
 
-def _generator(random_state) -> tuple[np.random.Generator, torch.Generator]:
-    rng = random_state if isinstance(random_state, np.random.Generator) else np.random.default_rng(random_state)
-    gen = torch.Generator(device="cpu")
-    gen.manual_seed(int(rng.integers(0, 2 ** 62)))
-    return rng, gen
-
-
 def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
              config: MWGPConfig | None = None, *, parallel: DataParallel | None = None,
              checkpointing: Checkpointing | None = None) -> FitResult:
@@ -102,7 +95,7 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
     validate_training_data(index, ratings, tuple(n_levels))
     device, dtype = config.torch_device(), config.torch_dtype()
     started = time.perf_counter()
-    _, gen = _generator(config.random_state)
+    gen = seeded_generator(config.random_state)
 
     if config.n_inducing > index.shape[0]:
         warnings.warn(f"n_inducing={config.n_inducing} exceeds the number of training ratings ({index.shape[0]}); "
