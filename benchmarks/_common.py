@@ -44,6 +44,18 @@ def synthetic_index(n_ratings: int, n_users: int | None = None, n_items: int | N
     return index.astype(np.int64), ratings, (n_users, n_items)
 
 
+def ratings_index(name: str):
+    """A MovieLens data set (``MOGP_DATA``, no download) as (index (n, 2) int64 of inner user and item codes,
+    ratings, (n_users, n_items)); raises as ``load_ratings`` does when it is absent."""
+    from mogp_surprise.datasets import load_ratings
+
+    df = load_ratings(name, download=False)
+    users = df["user"].astype("category").cat.codes.to_numpy()
+    items = df["item"].astype("category").cat.codes.to_numpy()
+    return (np.stack([users, items], 1).astype(np.int64), df["rating"].to_numpy(float),
+            (int(users.max()) + 1, int(items.max()) + 1))
+
+
 def write_json(name: str, payload: dict[str, Any], out: str | None) -> Path:
     path = Path(out) if out else Path(__file__).parent / "results" / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -36,23 +36,17 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import peak_rss_mb, synthetic_index, write_json  # noqa: E402
+from _common import peak_rss_mb, ratings_index, synthetic_index, write_json  # noqa: E402
 
 PARTS = ("agree", "serve", "nccl", "ml1m", "scale")
 
 
 def _split(name: str, seed: int = 0):
-    from mogp_surprise.datasets import load_ratings
-
-    df = load_ratings(name, download=False)
-    users = df["user"].astype("category").cat.codes.to_numpy()
-    items = df["item"].astype("category").cat.codes.to_numpy()
-    index = np.stack([users, items], 1).astype(np.int64)
-    y = df["rating"].to_numpy(float)
+    index, y, levels = ratings_index(name)
     order = np.random.default_rng(seed).permutation(len(y))
     cut = int(0.8 * len(y))
     tr, te = order[:cut], order[cut:]
-    return index[tr], y[tr], index[te], y[te], (int(users.max()) + 1, int(items.max()) + 1)
+    return index[tr], y[tr], index[te], y[te], levels
 
 
 def _fit(index, y, levels, device, **params):
@@ -67,10 +61,11 @@ def _fit(index, y, levels, device, **params):
 
 
 def _scores(post, index, y) -> dict:
+    from mogp_surprise.evaluation.metrics import interval_coverage, rmse
+
     mean, var = post.predict(index)
     mean = np.clip(mean, 1, 5)
-    z = np.abs(y - mean) / np.sqrt(var)
-    return {"rmse": float(np.sqrt(np.mean((y - mean) ** 2))), "coverage90": float(np.mean(z <= 1.6448536))}
+    return {"rmse": rmse(y, mean), "coverage90": interval_coverage(y, mean, np.sqrt(var), [0.9])[0.9]}
 
 
 def part_agree(quick: bool) -> dict:

@@ -21,23 +21,16 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import peak_rss_mb, synthetic_index, table, write_json  # noqa: E402
+from _common import peak_rss_mb, ratings_index, synthetic_index, table, write_json  # noqa: E402
 
 MODELS = ("paper", "default")
 
 
 def load(quick: bool):
     """ML-1M as index arrays if it is there, else seeded synthetic ratings."""
-    import numpy as np
-
     if not quick:
         try:
-            from mogp_surprise.datasets import load_ratings
-            df = load_ratings("ml-1m", download=False)
-            users = df["user"].astype("category").cat.codes.to_numpy()
-            items = df["item"].astype("category").cat.codes.to_numpy()
-            return (np.stack([users, items], 1).astype(np.int64), df["rating"].to_numpy(float),
-                    (int(users.max()) + 1, int(items.max()) + 1), "ml-1m")
+            return (*ratings_index("ml-1m"), "ml-1m")
         except (FileNotFoundError, OSError, ValueError):
             pass
     n = 10_000 if quick else 1_000_000
