@@ -111,9 +111,10 @@ class UserModelMixin:
         post = self._user_item_posterior("fold-in")
         inner, items, values = self._user_ratings(user, ratings)
         if inner < 0:
-            return post.with_extra_users([fold_in(post, items, values)]), post.n_levels[0], items, values
-        folded = fold_in(post, items, values, init_user=inner, repeats=True)  # training data may repeat pairs
-        return post.with_replaced_users([inner], [folded]), inner, items, values
+            folded = fold_in(post, items, values)
+        else:
+            folded = fold_in(post, items, values, init_user=inner, repeats=True)  # training data may repeat pairs
+        return (*_with_user(post, inner, folded), items, values)
 
     def _ask(self, user: Any, n: int, ratings: Any, candidates: Any, exclude: Any) -> pd.DataFrame:
         from ..core.elicit import ask
@@ -131,8 +132,7 @@ class UserModelMixin:
                 answer_prob=answer_prob, weights=counts if counts.sum() > 0 else None,
                 init_user=inner if known else None, refit=not known or ratings is not None, repeats=known)
         if q.folded is not None:
-            row = inner if known else post.n_levels[0]
-            post = post.with_replaced_users([inner], [q.folded]) if known else post.with_extra_users([q.folded])
+            post, row = _with_user(post, inner, q.folded)
         else:
             row = inner  # a known user as fitted, or -1: a new user without ratings (cold start)
         mean, var = post.predict(np.stack([np.full(q.items.size, row), q.items], 1).astype(np.int64))
@@ -150,6 +150,14 @@ class UserModelMixin:
         if unknown:
             raise ValueError(f"`{name}` holds {len(unknown)} item id(s) not in the training data: {unknown[:5]}")
         return codes.astype(np.int64)
+
+
+def _with_user(post: MWGPPosterior, inner: int, folded) -> tuple[MWGPPosterior, int]:
+    """The posterior with a folded-in user in place, and their row: a known user's own row (``inner`` >= 0),
+    a new user's added row."""
+    if inner >= 0:
+        return post.with_replaced_users([inner], [folded]), inner
+    return post.with_extra_users([folded]), post.n_levels[0]
 
 
 def check_fold_ratings(ratings: Any, encode_items: Callable[[list], np.ndarray],
