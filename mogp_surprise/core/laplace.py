@@ -15,7 +15,9 @@ uses the closed-form gradient of k(x)^T w (:meth:`~.kernels.RBFKernel.mean_gradi
 1 / prec enters a known level's predictive variance (``embedding_uncertainty``) and widens the population
 an unseen level is integrated over (:meth:`~.terms.Term.population`): MAP estimates are shrunk towards the
 prior mean, so their own spread understates how different a new user can be. Without a prior (p = 0) a
-level with no curvature would get an infinite variance: it gets 0 (no correction) instead.
+level with no curvature would get an infinite variance: it gets 0 (no correction) instead. A table
+trained with a variational posterior of its own (:attr:`~.terms.Table.variance_of`, e.g. the bilinear
+factors with ``mf_posterior="variational"``) gets that posterior's variance instead, and no Gauss-Newton pass.
 
 (Using the input variances in the *mean* too, the kernel's expectation under them, was measured and not
 kept: ML-1M RMSE 0.8572 vs 0.8574, ML-100K 0.9039 vs 0.9029.)
@@ -41,7 +43,10 @@ def laplace_variances(module: MWGPModule, index: Tensor, jitter: float, chunk_si
         terms = module.gp.whitened_terms(jitter)
         tables = {key: t.detach() for key, t in module.effective_tables().items()}
         kernel, z, w = module.gp.kernel(), module.gp.inducing.detach(), terms.w
-    wanted = [(term, spec) for term in module.terms for spec in term.direct_tables if spec.laplace]
+    variational = {(term.name, spec.variance_of) for term in module.terms for spec in term.specs.values()
+                   if spec.variance_of is not None}
+    wanted = [(term, spec) for term in module.terms for spec in term.direct_tables
+              if spec.laplace and (term.name, spec.name) not in variational]
     prec = {(term.name, spec.name): torch.zeros_like(tables[(term.name, spec.name)]) for term, spec in wanted}
     for start in range(0, index.shape[0], chunk_size):
         idx = index[start:start + chunk_size]
@@ -54,7 +59,7 @@ def laplace_variances(module: MWGPModule, index: Tensor, jitter: float, chunk_si
                 rows = {}
                 for spec in term.direct_tables:
                     value = tables[(term.name, spec.name)][idx[:, spec.factor]]
-                    if spec.laplace:
+                    if (term.name, spec.name) in prec:
                         value = leaves[(term.name, spec.name)] = value.requires_grad_(True)
                     rows[spec.name] = Rows(value)
                 term.combine(rows, parts)
@@ -85,4 +90,9 @@ def laplace_variances(module: MWGPModule, index: Tensor, jitter: float, chunk_si
         key = (term.name, spec.name)
         p = spec.prior_precision
         out[key] = 1.0 / (prec[key] + p) if p else torch.zeros_like(prec[key])
+    # a table with a variational posterior (its log-variance table, Table.variance_of): that variance instead
+    for term in module.terms:
+        for spec in term.specs.values():
+            if spec.variance_of is not None:
+                out[(term.name, spec.variance_of)] = torch.exp(term.table(spec.name).detach())
     return out

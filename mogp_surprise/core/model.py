@@ -159,8 +159,29 @@ class MWGPModule(nn.Module):
                       for term, spec, _ in direct}
         parts = self.empty_parts(batch.n)
         for term in self.terms:
-            term.combine({spec.name: Rows(values[(term.name, spec.name)]) for spec in term.direct_tables}, parts)
+            term.combine({spec.name: Rows(values[(term.name, spec.name)]) for spec in term.trained_tables}, parts)
         return parts
+
+    @torch.no_grad()
+    def update_variances(self, index: Tensor, chunk_size: int = 65536) -> None:
+        """Set every variance table (:attr:`~.terms.Table.variance_of`) to its closed-form optimum given the
+        rest, from the training tuples ``index`` (chunked); nothing to do without such tables."""
+        if not any(spec.variance_of is not None for _, spec, _ in self.tables()):
+            return
+        from .objective import noise_moments
+
+        tables = self.effective_tables()
+        statistics: dict[str, dict[str, Tensor]] = {term.name: {} for term in self.terms}
+        for start in range(0, index.shape[0], chunk_size):
+            idx = index[start:start + chunk_size]
+            weights = noise_moments(self.rating_parts(Batch(idx), tables))[1]
+            for term in self.terms:
+                mine = {spec.name: tables[(term.name, spec.name)] for spec in term.trained_tables}
+                for name, value in term.variance_statistics(mine, idx, weights).items():
+                    total = statistics[term.name]
+                    total[name] = value if name not in total else total[name] + value
+        for term in self.terms:
+            term.update_variances(statistics[term.name])
 
     def empty_parts(self, n: int) -> RatingParts:
         return RatingParts(mean=self.global_mean.expand(n), log_noise_base=torch.log(self.noise_variance()),

@@ -8,7 +8,11 @@ for a minibatch B of the N training ratings (:func:`elbo`)::
            + sum_terms penalty                                                 e.g. -KL of the noise offsets
            + log p(every term table with a Gaussian prior)                    log_prior
 
-with mu_n the mean function, a_n = exp(latent log scale) (1 unless a term scales f) and sigma_n^2 the
+with mu_n the mean function (under q where a term has a variational posterior, e.g. the bilinear
+factors with ``mf_posterior="variational"``: E[(y_n - mu_n - ...)^2] then gains Var_q[mu_n]; those
+variances are set in closed form between epochs, :meth:`~.model.MWGPModule.update_variances`, so the
+KL's part in them is constant in every step and left out of the minibatch ELBO),
+a_n = exp(latent log scale) (1 unless a term scales f) and sigma_n^2 the
 noise variance, all from the terms' :class:`~.terms.RatingParts`; E_q[f_n] = k_n^T w, Var_q[f_n] =
 outputscale + k_n^T M k_n (:mod:`.gp`).
 
@@ -78,6 +82,8 @@ def expected_log_lik_of_moments(parts: RatingParts, y: Tensor, f_mean: Tensor, f
     if parts.latent_log_scale is not None:
         scale = torch.exp(parts.latent_log_scale)
         mean, var = scale * mean, scale * scale * var
+    if parts.mean_var is not None:  # a mean function with a variational posterior: E[(y - mu)^2] gains Var[mu]
+        var = var + parts.mean_var
     resid = y - parts.mean - mean
     log_noise, inv_noise = noise_moments(parts)
     return gaussian_expected_log_lik(parts.n, log_noise.sum(), (inv_noise * (resid * resid + var)).sum())
@@ -93,14 +99,18 @@ def expected_log_lik(module: MWGPModule, batch: Batch, y: Tensor, terms: Whitene
     n = batch.n
     if parts.log_noise is None and parts.latent_log_scale is None:  # one noise variance: the faster term
         sums = kernel.data_fit(x, gp.inducing, terms.w, terms.M, resid, module.workspace)
+        if parts.mean_var is not None:
+            sums = sums + parts.mean_var.sum()
         noise = module.noise_variance()
         return -0.5 * n * (LOG_2PI + torch.log(noise)) - 0.5 * (n * kernel.outputscale + sums) / noise
     log_noise, inv_noise = noise_moments(parts)
+    # a mean function with a variational posterior (Var[mu_n] > 0): E[(y_n - mu_n - f_n)^2] gains Var[mu_n]
+    extra = [] if parts.mean_var is None else [(inv_noise * parts.mean_var).sum()]
     if parts.latent_log_scale is not None:  # a_n f_n: residual r_n / a_n, weight lambda_n a_n^2
         scale = torch.exp(parts.latent_log_scale)
         resid, inv_noise = resid / scale, inv_noise * scale * scale
     sums = kernel.data_fit(x, gp.inducing, terms.w, terms.M, resid, module.workspace, weights=inv_noise)
-    return gaussian_expected_log_lik(n, log_noise.sum(), kernel.outputscale * inv_noise.sum(), sums)
+    return gaussian_expected_log_lik(n, log_noise.sum(), kernel.outputscale * inv_noise.sum(), sums, *extra)
 
 
 # -- priors ----------------------------------------------------------------------------------------------

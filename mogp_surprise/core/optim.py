@@ -194,8 +194,8 @@ class TrainingOptimizer:
         decay = {id(table): (spec.prior_precision or 0.0) / n_data for _, spec, table in module.tables()}
         # row-sparse: every term table read by the minibatch's levels; the implicit-feedback tables have an
         # optimizer of their own, stepped when their accumulated gradient is applied (core/implicit.py)
-        sparse_tables = [(term, spec, table) for term, spec, table in module.tables() if spec.feeds is None] \
-            if sparse else []
+        sparse_tables = [(term, spec, table) for term, spec, table in module.tables()
+                         if spec.feeds is None and spec.variance_of is None] if sparse else []
         feeders = [table for _, spec, table in module.tables() if spec.feeds is not None] if sparse else []
         self.sparse_params = [table for _, _, table in sparse_tables]
         own = {id(p) for p in self.sparse_params} | {id(p) for p in feeders}

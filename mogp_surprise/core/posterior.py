@@ -80,6 +80,8 @@ class MWGPPosterior:
                     if term.specs[spec.feeds].factor == 0:
                         tables[spec.name] = FittedTable(f64(term.table(spec.name)))
                     continue
+                if spec.variance_of is not None:  # a variational variance: its table's variance (``laplace``)
+                    continue
                 values = f64(effective[key])
                 variance = f64(laplace[key]) if laplace is not None and key in laplace else None
                 tables[spec.name] = FittedTable(values, variance if embedding_uncertainty else None,

@@ -249,6 +249,9 @@ def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], co
                     module.flush_implicit(None if parallel is None else parallel.all_reduce_implicit)
                     optimizer.step_implicit()
                     module.refresh_implicit()
+        # variational variances (e.g. mf_posterior="variational"): their closed-form optimum given the epoch's end
+        # (not before the first epoch: see terms/bilinear.py)
+        module.update_variances(idx_t, config.chunk_size)
         with torch.no_grad():
             prior = float(log_prior(module))
         run.history.append(total / n - prior / n)

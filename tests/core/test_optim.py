@@ -220,15 +220,18 @@ def test_the_numba_kernel_and_torch_operations_update_the_same_rows(dtype, monke
 DEFAULT = MWGPConfig(latent_dim=2, n_inducing=4, mf_rank=2, lr=0.05, lr_schedule="constant")
 
 
-def test_when_every_row_is_touched_every_step_the_default_models_sparse_path_is_dense_adam():
+@pytest.mark.parametrize("mf_posterior", ["laplace", "variational"])
+def test_when_every_row_is_touched_every_step_the_default_models_sparse_path_is_dense_adam(mf_posterior):
     """Every level in every minibatch and the implicit factors updated every step: nothing is lazy or delayed,
     so the row-sparse path (lazy KL of the noise offsets, tau's gradient from the running sums, the implicit
-    sums refreshed and their gradient flushed every step) takes the dense path's steps."""
+    sums refreshed and their gradient flushed every step; with variational bilinear factors too, whose
+    variances the steps read) takes the dense path's steps."""
+    config = DEFAULT.replace(mf_posterior=mf_posterior)
     full = torch.cartesian_prod(torch.arange(9), torch.arange(6))
     y = torch.randn(full.shape[0], dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     mods = []
     for sparse in (False, True):
-        mod = MWGPModule.from_config(DEFAULT, (9, 6)).double()
+        mod = MWGPModule.from_config(config, (9, 6)).double()
         gen = torch.Generator().manual_seed(3)
         with torch.no_grad():
             for p in mod.parameters():
@@ -237,8 +240,8 @@ def test_when_every_row_is_touched_every_step_the_default_models_sparse_path_is_
         mod.sparse_rows = sparse
         mods.append(mod)
     mods[1].implicit.start_accumulating()
-    opts = [TrainingOptimizer(mods[0], DEFAULT, 500, 5, sparse=False),
-            TrainingOptimizer(mods[1], DEFAULT, 500, 5, sparse=True, implicit_steps=5)]
+    opts = [TrainingOptimizer(mods[0], config, 500, 5, sparse=False),
+            TrainingOptimizer(mods[1], config, 500, 5, sparse=True, implicit_steps=5)]
     assert mods[1].term("noise_offset").lazy is not None and opts[1].implicit is not None
     for opt in opts:  # RowAdam and Adam put epsilon in different places: take it out of the comparison
         for group in (g for o in [*opt.optimizers, *([opt.implicit] if opt.implicit else [])] for g in o.param_groups):
@@ -257,7 +260,7 @@ def test_when_every_row_is_touched_every_step_the_default_models_sparse_path_is_
                 mod.refresh_implicit()
     for (name, a), (_, b) in zip(mods[0].named_parameters(), mods[1].named_parameters()):
         np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-9, atol=1e-12, err_msg=name)
-    assert not torch.equal(mods[0].gp.inducing, MWGPModule.from_config(DEFAULT, (9, 6)).double().gp.inducing)
+    assert not torch.equal(mods[0].gp.inducing, MWGPModule.from_config(config, (9, 6)).double().gp.inducing)
 
 
 def test_the_lazy_offset_kl_matches_a_written_out_reference(row_update):

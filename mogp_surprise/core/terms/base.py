@@ -58,6 +58,13 @@ class Table:
         :meth:`Term.combine`.
     population_floor : float
         Smallest variance of the population of its rows (cold start).
+    variance_of : str or None
+        A variational posterior: this table holds the log-variance of a mean-field Gaussian q over every
+        entry of the table named ``variance_of`` (its mean), of the same shape. It is not trained by
+        gradient: the term sets it to its optimum given everything else, in closed form, before training
+        and after every epoch (:meth:`Term.variance_statistics`, :meth:`Term.update_variances`); training
+        reads it (its rows go to :meth:`Term.combine` as ``rows[name]``). After training ``exp`` of it is
+        that table's variance in place of a Laplace one (:mod:`..laplace`); it is not saved on its own.
     """
 
     name: str
@@ -67,6 +74,7 @@ class Table:
     laplace: bool = False
     feeds: str | None = None
     population_floor: float = 0.0
+    variance_of: str | None = None
 
     def shape(self, n_levels: tuple[int, ...]) -> tuple[int, ...]:
         rows = n_levels[self.factor]
@@ -159,7 +167,10 @@ class Term(nn.Module):
         self.specs: dict[str, Table] = {t.name: t for t in self.tables()}
         if parameters:
             for spec in self.specs.values():
-                self.register_parameter(spec.name, nn.Parameter(torch.zeros(spec.shape(self.n_levels))))
+                if spec.variance_of is not None:  # set in closed form, not by gradient: a buffer
+                    self.register_buffer(spec.name, torch.zeros(spec.shape(self.n_levels)))
+                else:
+                    self.register_parameter(spec.name, nn.Parameter(torch.zeros(spec.shape(self.n_levels))))
 
     # -- what a term must define -------------------------------------------------------------------
     @classmethod
@@ -179,15 +190,21 @@ class Term(nn.Module):
     # -- training ---------------------------------------------------------------------------------------
     @property
     def user_tables(self) -> list[Table]:
-        """The tables indexed by users (factor 0) that :meth:`combine` reads (fold-in's parameters)."""
-        return [t for t in self.specs.values() if t.factor == 0 and t.feeds is None]
+        """The tables indexed by users (factor 0) that :meth:`combine` reads after training (fold-in's parameters)."""
+        return [t for t in self.direct_tables if t.factor == 0]
 
     @property
     def direct_tables(self) -> list[Table]:
-        """The tables :meth:`combine` reads (all but the implicit-feedback tables)."""
+        """The tables :meth:`combine` reads after training (all but the implicit-feedback and variance tables)."""
+        return [t for t in self.specs.values() if t.feeds is None and t.variance_of is None]
+
+    @property
+    def trained_tables(self) -> list[Table]:
+        """The tables :meth:`combine` reads in training: the direct tables and the variational variance tables."""
         return [t for t in self.specs.values() if t.feeds is None]
 
-    def table(self, name: str) -> nn.Parameter:
+    def table(self, name: str) -> Tensor:
+        """The table's parameter (a buffer for a variance table, :attr:`Table.variance_of`)."""
         return getattr(self, name)
 
     @torch.no_grad()
@@ -202,6 +219,17 @@ class Term(nn.Module):
         """Log-density terms of the ELBO beyond the Gaussian priors of the tables (e.g. -KL of a variational
         posterior), over every level; None: none."""
         return None
+
+    def variance_statistics(self, tables: dict[str, Tensor], index: Tensor, weights: Tensor) -> dict[str, Tensor]:
+        """A term with variance tables (:attr:`Table.variance_of`): the sufficient statistics of their
+        closed-form update from a chunk of the training ratings (``index``; ``weights``: each rating's
+        E[1 / sigma_n^2]; ``tables``: the term's tables as :meth:`combine` reads them, implicit sums
+        included), summed over the chunks and handed to :meth:`update_variances`. Default: none."""
+        return {}
+
+    @torch.no_grad()
+    def update_variances(self, statistics: dict[str, Tensor]) -> None:
+        """Set the variance tables to their optimum from the summed :meth:`variance_statistics`."""
 
     def row_update(self, spec: Table, n_data: int, total_steps: int) -> Any:
         """How the row-sparse path updates this table: None for lazy Adam with the table's Gaussian prior as
