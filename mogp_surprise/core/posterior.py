@@ -38,12 +38,15 @@ class MWGPPosterior:
     state : PosteriorState
     """
 
-    def __init__(self, state: PosteriorState) -> None:
+    def __init__(self, state: PosteriorState, *, _psi: list | None = None) -> None:
         check_int("chunk_size", state.chunk_size, 1)
         if state.cold_users is not None and not bool(state.cold_users.any()):
             state = replace(state, cold_users=None)
         self.state = state
         self._n_levels = state.n_levels
+        if _psi is not None:  # a posterior with the same GP and populations (folded-in users added): its psi
+            self.psi = _psi
+            return
         inputs = state.term("gp_input")
         gp = state.gp
         gp64 = replace(gp, inducing=gp.inducing.double(), lengthscale=gp.lengthscale.double())
@@ -222,7 +225,8 @@ class MWGPPosterior:
         old_cold = self.cold_users if self.cold_users is not None else torch.zeros(
             self.n_levels[0], dtype=torch.bool, device=self.device)
         cold = put(old_cold, [int(u.n_ratings) == 0 for u in users])
-        return MWGPPosterior(replace(self.state, terms=terms, cold_users=cold))
+        # the GP and the unseen levels' populations are unchanged: their kernel expectations too (1.2 ms on ML-1M)
+        return MWGPPosterior(replace(self.state, terms=terms, cold_users=cold), _psi=self.psi)
 
     def _check_users(self, users: list) -> None:
         if self.n_factors != 2:

@@ -169,6 +169,9 @@ def test_predictions_of_a_folded_user_use_the_posterior_formulas() -> None:
     # the trained users' predictions are untouched
     old = np.stack([np.repeat(np.arange(6), 9), np.tile(items, 6)], 1)
     np.testing.assert_array_equal(extended.predict(old)[1], post.predict(old)[1])
+    # the unseen levels' kernel expectations are shared with the posterior it extends: the same as computed anew
+    for (a1, a2), (b1, b2) in zip(extended.psi, MWGPPosterior(extended.state).psi):
+        assert torch.equal(a1, b1) and torch.equal(a2, b2)
 
 
 # -- a small fitted model on synthetic low-rank data ------------------------------------------------------
