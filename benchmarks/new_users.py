@@ -25,8 +25,11 @@ Policies: random, popularity (training ratings per item), entropy of the item's 
 log-popularity x entropy (Rashid et al.), greedy (highest predicted rating), latent std (uncertainty
 sampling: the highest predictive std of the latent rating), and ``ask`` (``mogp_surprise.core.elicit``:
 the expected reduction of the user's catalogue variance; in the catalogue protocol weighted by the
-chance of an answer, the item's share of the training users who rated it, as ``MWGP.ask`` does without
-``candidates``; in the pool protocol with the pool as ``candidates``, as ``MWGP.ask(candidates=...)``).
+chance of an answer, ``core.elicit.answer_probability`` of the items answered so far (their co-raters'
+share, shrunk towards popularity), as ``MWGP.ask`` does without ``candidates``; in the pool protocol
+with the pool as ``candidates``, as ``MWGP.ask(candidates=...)``). ``ask_pop``: ``ask`` with the
+item's popularity (its share of the training users who rated it) as the chance of an answer (the
+library's rule before 2026-11-26).
 """
 from __future__ import annotations
 
@@ -43,7 +46,7 @@ from _common import hold_out_users, table, write_json  # noqa: E402
 
 from mogp_surprise import MWGP  # noqa: E402
 from mogp_surprise.comparison.data import load_or_synthesize, synthetic  # noqa: E402
-from mogp_surprise.core.elicit import ask  # noqa: E402
+from mogp_surprise.core.elicit import answer_probability, ask  # noqa: E402
 from mogp_surprise.core.foldin import fold_in  # noqa: E402
 from mogp_surprise.core.recommend import draw_generator  # noqa: E402
 from mogp_surprise.datasets import to_surprise_dataset  # noqa: E402
@@ -51,7 +54,7 @@ from mogp_surprise.evaluation import interval_coverage  # noqa: E402
 
 STEPS = (1, 3, 5, 10, 20)
 STATIC = ("random", "popularity", "entropy", "logpop_entropy")
-MODEL = ("greedy", "latent_std", "ask")
+MODEL = ("greedy", "latent_std", "ask", "ask_pop")
 REPLAY = ("greedy", "ucb", "thompson", "popularity", "random")
 MIN_RATINGS = 40
 HIT = 4.0
@@ -66,6 +69,7 @@ class World:
         self.n_users, self.n_items = self.post.n_levels
         self.counts = np.array([len(ts.ir[i]) for i in range(ts.n_items)], dtype=np.float64)
         self.answer_prob = np.clip(self.counts / self.n_users, 0, 1)
+        self.graph = algo._rating_graph()  # who rated what in training, as MWGP.ask reads it
         entropy = np.zeros(ts.n_items)
         for i in range(ts.n_items):
             values = np.array([r for _, r in ts.ir[i]])
@@ -106,11 +110,15 @@ class World:
         if policy in self.order:
             order = self.order[policy]
             return int(order[allowed[order]][0])
-        if policy == "ask":
+        if policy in ("ask", "ask_pop"):
+            prob = None
+            if catalogue:
+                prob = self.answer_prob if policy == "ask_pop" else answer_probability(
+                    self.graph, np.asarray(items, dtype=np.int64))
             q = ask(self.post, np.asarray(items, dtype=np.int64), np.asarray(ratings, dtype=np.float64), n=1,
                     candidates=None if catalogue else np.flatnonzero(allowed),
                     exclude=np.flatnonzero(~allowed) if catalogue else None,
-                    answer_prob=self.answer_prob if catalogue else None, weights=self.counts)
+                    answer_prob=prob, weights=self.counts)
             return int(q.items[0])
         mean, std = self.catalogue(folded)
         score = {"greedy": mean, "latent_std": std, "ucb": mean + std}[policy]
@@ -135,7 +143,7 @@ def elicitation(world: World, policy: str, catalogue: bool) -> dict:
         items, ratings, folded, asked = [], [], None, 0
         for step in range(0, STEPS[-1] + 1):
             if step and allowed.any():
-                needs_fold = policy in MODEL and policy != "ask"
+                needs_fold = policy in MODEL and not policy.startswith("ask")
                 item = world.pick(policy, allowed, folded if needs_fold else None, items, ratings, catalogue)
                 allowed[item] = False
                 asked += 1
@@ -145,7 +153,7 @@ def elicitation(world: World, policy: str, catalogue: bool) -> dict:
                     if needs_fold:
                         folded = world.fold(items, ratings)
             if step in out:
-                current = folded if (policy in MODEL and policy != "ask") else world.fold(items, ratings)
+                current = folded if (policy in MODEL and not policy.startswith("ask")) else world.fold(items, ratings)
                 mean, var = world.predict(current, eval_items)
                 out[step]["se"].append((y - mean) ** 2)
                 out[step]["cov"].append(np.abs(y - mean) <= 1.6448536 * np.sqrt(var))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numbers
+import weakref
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -10,13 +11,19 @@ import pandas as pd
 from ..core.posterior import MWGPPosterior
 from ._common import check_not_twin, plain_id
 
+#: each fitted adapter's who-rated-what graph, with the object it was built from (kept out of pickles and files)
+_GRAPHS: "weakref.WeakKeyDictionary[Any, tuple[Any, Any]]" = weakref.WeakKeyDictionary()
+
+
 class UserModelMixin:
     """``recommend``, ``recommend_many``, ``fold_in`` and ``ask`` of both adapters, written once.
 
     An adapter provides where its ids and ratings live: ``_user_codes`` / ``_item_codes`` (raw ids
     -> inner indices, -1 unseen), ``_raw_items()`` (raw item id of every inner index),
     ``_known_ratings(user)`` (a known user's training (items, ratings); ratings None in model files
-    written before fold-in existed), ``_item_counts()`` (training ratings per item), ``_check_fitted()``
+    written before fold-in existed), ``_item_counts()`` (training ratings per item), ``_rated_pairs()``
+    ((users, items, n_users, n_items): who rated what, inner indices) with ``_rated_source()`` (the object
+    holding it, replaced when a user is stored), ``_check_fitted()``
     (the posterior, or the adapter's not-fitted error), ``_rating_range()`` ((low, high) or None, and its
     name for messages) and ``_store_user`` (record a folded-in user's ratings). The fitted posterior is
     ``posterior_``.
@@ -116,17 +123,31 @@ class UserModelMixin:
             folded = fold_in(post, items, values, init_user=inner, repeats=True)  # training data may repeat pairs
         return (*_with_user(post, inner, folded), items, values)
 
+    def _rating_graph(self):
+        """Who rated what in training (:class:`~..core.elicit.RatingGraph`), built once per training data
+        (again after a user's ratings are stored)."""
+        from ..core.elicit import RatingGraph
+
+        source = self._rated_source()
+        cached = _GRAPHS.get(self)
+        if cached is None or cached[0] is not source:
+            users, items, n_users, n_items = self._rated_pairs()
+            cached = (source, RatingGraph.from_pairs(users, items, n_users, n_items))
+            _GRAPHS[self] = cached
+        return cached[1]
+
     def _ask(self, user: Any, n: int, ratings: Any, candidates: Any, exclude: Any) -> pd.DataFrame:
-        from ..core.elicit import ask
+        from ..core.elicit import answer_probability, ask
 
         post = self._user_item_posterior("ask")
         inner, items, values = self._user_ratings(user, {} if ratings is None else ratings)
         chosen = {name: None if raw is None else self._known_item_codes(name, raw)
                   for name, raw in (("candidates", candidates), ("exclude", exclude))}
         counts = np.asarray(self._item_counts(), dtype=np.float64)
-        # the chance that the user can rate an item: its share of the training users who rated it; the
-        # candidates, when given, are items the user can rate
-        answer_prob = np.clip(counts / max(post.n_levels[0], 1), 0.0, 1.0) if candidates is None else None
+        # the chance that the user can rate an item: the share of the training users who rated it among the
+        # raters of the items this user rated (core.elicit.answer_probability); the candidates, when given,
+        # are items the user can rate
+        answer_prob = answer_probability(self._rating_graph(), items) if candidates is None else None
         known = inner >= 0
         q = ask(post, items, values, n=n, candidates=chosen["candidates"], exclude=chosen["exclude"],
                 answer_prob=answer_prob, weights=counts if counts.sum() > 0 else None,

@@ -144,6 +144,15 @@ class MWGPRegressor(HyperParamsMixin, UserModelMixin, RegressorMixin, BaseEstima
     def _item_counts(self) -> np.ndarray:
         return np.bincount(self._rated[1], minlength=self.encoders_[1].n_levels)
 
+    def _rated_source(self) -> Any:
+        return self._rated
+
+    def _rated_pairs(self) -> tuple[np.ndarray, np.ndarray, int, int]:
+        indptr, rated = self._rated[0], self._rated[1]
+        n_users = len(indptr) - 1
+        return (np.repeat(np.arange(n_users, dtype=np.int64), np.diff(indptr)), rated, n_users,
+                self.encoders_[1].n_levels)
+
     def _store_user(self, user: Any, row: int, items: np.ndarray, values: np.ndarray) -> None:
         users = self.encoders_[0]
         if row >= users.n_levels:

@@ -186,7 +186,9 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
         of the user's own parameters: each item's weight in the catalogue is its share of the training
         ratings, and an answer counts by the item's noise precision for this user and by the chance that
         the user can give it. Without ``candidates`` that chance is the item's share of the training users
-        who rated it (a user cannot rate a film they have not seen); the ``candidates``, when given, are
+        who rated it (a user cannot rate a film they have not seen), and once the user has rated items, its
+        share among the raters of those items, shrunk towards the former with the weight of one answer
+        (:func:`~mogp_surprise.core.elicit.answer_probability`); the ``candidates``, when given, are
         taken to be items the user can rate. The n questions are chosen greedily before any answer (the
         posterior's covariance after an answer does not depend on its value).
 
@@ -249,6 +251,16 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
     def _item_counts(self) -> np.ndarray:
         ir = self.trainset.ir
         return np.array([len(ir.get(i, ())) for i in range(self.trainset.n_items)], dtype=np.int64)
+
+    def _rated_source(self) -> Any:
+        return self.trainset
+
+    def _rated_pairs(self) -> tuple[np.ndarray, np.ndarray, int, int]:
+        ts = self.trainset
+        ur = [ts.ur.get(u, ()) for u in range(ts.n_users)]
+        users = np.repeat(np.arange(ts.n_users, dtype=np.int64), [len(r) for r in ur])
+        items = np.fromiter((i for r in ur for i, _ in r), dtype=np.int64, count=users.size)
+        return users, items, ts.n_users, ts.n_items
 
     def _store_user(self, uid: Any, row: int, items: np.ndarray, values: np.ndarray) -> None:
         self.trainset = _with_user_ratings(self.trainset, uid, row, items, values)

@@ -36,7 +36,11 @@ from .posterior import MWGPPosterior
 from .state import FoldedUser
 from .user_objective import context_for
 
-__all__ = ["Questions", "ask"]
+__all__ = ["Questions", "RatingGraph", "answer_probability", "ask"]
+
+#: :func:`answer_probability`: the popularity prior's weight, in answers (an estimate from k answers is
+#: shrunk towards the item's popularity as (k * personal + s * popularity) / (k + s))
+ANSWER_PRIOR_STRENGTH = 1.0
 
 
 @dataclass
@@ -133,6 +137,60 @@ def ask(posterior: MWGPPosterior, items: np.ndarray, ratings: np.ndarray, n: int
     chosen_arr = np.asarray(chosen, dtype=np.int64)
     return Questions(chosen_arr, np.asarray(gains), (np.ones(n_items) if p is None else p)[chosen_arr],
                      before, after, folded)
+
+
+@dataclass(frozen=True)
+class RatingGraph:
+    """Who rated what in training: every user's items as CSR arrays (``indptr`` (n_users + 1,), ``items``), and
+    the same entries by item (``item_indptr``, ``item_users``). Build it with :meth:`from_pairs`."""
+
+    n_users: int
+    n_items: int
+    indptr: np.ndarray
+    items: np.ndarray
+    entry_user: np.ndarray  # the user of every entry of ``items``
+    item_indptr: np.ndarray
+    item_users: np.ndarray
+
+    @classmethod
+    def from_pairs(cls, users: np.ndarray, items: np.ndarray, n_users: int, n_items: int) -> "RatingGraph":
+        """From (user, item) inner index pairs (a pair rated twice counts once)."""
+        users, items = np.asarray(users, dtype=np.int64), np.asarray(items, dtype=np.int64)
+        pairs = np.sort(users * n_items + items)  # (np.unique takes 10x longer on 1M pairs)
+        pairs = pairs[np.concatenate([[True], pairs[1:] != pairs[:-1]])] if pairs.size else pairs
+        users, items = pairs // n_items, pairs % n_items
+        indptr = np.concatenate([[0], np.cumsum(np.bincount(users, minlength=n_users))])
+        by_item = np.argsort(items, kind="stable")
+        item_indptr = np.concatenate([[0], np.cumsum(np.bincount(items, minlength=n_items))])
+        return cls(int(n_users), int(n_items), indptr, items, users, item_indptr, users[by_item])
+
+    @property
+    def item_degree(self) -> np.ndarray:
+        return np.diff(self.item_indptr)
+
+
+def answer_probability(graph: RatingGraph, answered: np.ndarray,
+                       strength: float = ANSWER_PRIOR_STRENGTH) -> np.ndarray:
+    """The chance that a user who rated the items ``answered`` can rate each item: the items' co-raters.
+
+    Without answers it is the item's popularity, its share of the training users who rated it. With k
+    answers it is the average over the answered items i of P(j | i), the share of i's raters who also rated
+    j (users who saw what this user saw have seen similar things), shrunk towards the popularity as
+    (k P(j | answers) + s popularity_j) / (k + s) (``strength`` s, in answers). Measured on the catalogue
+    protocol of ``benchmarks/new_users.py`` (``docs/benchmarks.md``).
+    """
+    popularity = np.clip(graph.item_degree / max(graph.n_users, 1), 0.0, 1.0)
+    answered = np.unique(np.asarray(answered, dtype=np.int64))
+    answered = answered[graph.item_degree[answered] > 0]  # items nobody rated in training say nothing here
+    if answered.size == 0:
+        return popularity
+    weight = np.zeros(graph.n_users)
+    for i in answered:  # each answered item's raters share one unit of weight: P(j | i) averaged over i
+        raters = graph.item_users[graph.item_indptr[i]:graph.item_indptr[i + 1]]
+        weight[raters] += 1.0 / raters.size
+    personal = np.bincount(graph.items, weights=weight[graph.entry_user], minlength=graph.n_items) / answered.size
+    k = float(answered.size)
+    return np.clip((k * personal + strength * popularity) / (k + strength), 0.0, 1.0)
 
 
 def _indices(name: str, values, n_items: int) -> np.ndarray:

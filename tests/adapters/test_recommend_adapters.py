@@ -117,6 +117,13 @@ def test_ask_on_both_adapters(fitted_pair, synthetic_df):
         answered = {q["item"].iloc[0]: 5.0, q["item"].iloc[1]: 1.0}
         nxt = model.ask("newcomer", n=3, ratings=answered)
         assert not set(nxt["item"]) & set(answered) and model.posterior_ is before
+        # with answers, the chance of an answer is the answered items' co-raters' share (averaged over the
+        # answered items), shrunk towards the popularity with the weight of one answer
+        raters = synthetic_df.groupby("item")["user"].apply(set)
+        for item, prob in zip(nxt["item"], nxt["answer_prob"]):
+            personal = np.mean([len(raters[a] & raters[item]) / len(raters[a]) for a in answered])
+            pop = len(raters[item]) / users
+            assert prob == pytest.approx((2 * personal + pop) / 3, rel=1e-12)
         folded = model.recommend("newcomer", n=1, ratings=answered)
         assert folded is not None
         # candidates: the choice among them, each answerable

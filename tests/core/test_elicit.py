@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mogp_surprise.core import MWGPConfig, fit_mwgp
-from mogp_surprise.core.elicit import ask
+from mogp_surprise.core.elicit import RatingGraph, answer_probability, ask
 from mogp_surprise.core.user_objective import context_for
 
 N_USERS, N_ITEMS = 40, 30
@@ -92,3 +92,30 @@ def test_a_known_user_as_fitted(posterior):
 def test_bad_arguments_are_named(posterior, kwargs, match):
     with pytest.raises(ValueError, match=match):
         ask(posterior, np.array([], dtype=int), np.array([]), **kwargs)
+
+
+# -- the chance of an answer ------------------------------------------------------------------------------------
+def _graph() -> RatingGraph:
+    """4 users x 5 items: u0 {0, 1, 2}, u1 {0, 1}, u2 {2, 3}, u3 {3} (and u0 rates item 0 twice)."""
+    users = np.array([0, 0, 0, 0, 1, 1, 2, 2, 3])
+    items = np.array([0, 1, 2, 0, 0, 1, 2, 3, 3])
+    return RatingGraph.from_pairs(users, items, 4, 5)
+
+
+def test_without_answers_the_chance_of_an_answer_is_the_items_popularity():
+    np.testing.assert_allclose(answer_probability(_graph(), np.array([], dtype=np.int64)),
+                               [2 / 4, 2 / 4, 2 / 4, 2 / 4, 0.0])
+
+
+def test_with_answers_it_is_the_co_raters_share_shrunk_towards_popularity():
+    """Answered {0}: item 0's raters are u0, u1; of them 2/2 rated item 1, 1/2 item 2, 0 item 3; with one
+    answer and strength 1 the estimate is the mean of that and the popularity. Answered {0, 3}: the average of
+    P(j | 0) and P(j | 3) (item 3's raters u2, u3: item 2 1/2, item 3 2/2), shrunk with k = 2."""
+    graph, pop = _graph(), np.array([0.5, 0.5, 0.5, 0.5, 0.0])
+    one = np.array([1.0, 1.0, 0.5, 0.0, 0.0])
+    np.testing.assert_allclose(answer_probability(graph, np.array([0])), (one + pop) / 2)
+    both = (one + np.array([0.0, 0.0, 0.5, 1.0, 0.0])) / 2
+    np.testing.assert_allclose(answer_probability(graph, np.array([3, 0, 0]), strength=1.0), (2 * both + pop) / 3)
+    np.testing.assert_allclose(answer_probability(graph, np.array([0]), strength=0.0), one)
+    # an item nobody rated in training says nothing: popularity
+    np.testing.assert_allclose(answer_probability(graph, np.array([4])), pop)
