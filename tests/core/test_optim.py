@@ -310,13 +310,15 @@ def test_the_lazy_offset_kl_matches_a_written_out_reference(row_update):
         float(torch.autograd.grad(full_kl, term.prior_logvar)[0][0]), rel=1e-6)
 
 
-def test_a_default_model_fit_on_the_sparse_path_learns_and_resumes_exactly(monkeypatch, tmp_path):
+@pytest.mark.parametrize("mf_posterior", ["laplace", "variational"])
+def test_a_default_model_fit_on_the_sparse_path_learns_and_resumes_exactly(monkeypatch, tmp_path, mf_posterior):
     from mogp_surprise.core.checkpoint import Checkpointing
 
     from .test_checkpoint import Stop, interrupt_after, same_posterior
 
     index, y, levels = _rank_two_ratings(1)
-    cfg = MWGPConfig(mf_rank=2, n_inducing=32, n_epochs=20, batch_size=200, random_state=0, early_stopping=False)
+    cfg = MWGPConfig(mf_rank=2, n_inducing=32, n_epochs=20, batch_size=200, random_state=0, early_stopping=False,
+                     mf_posterior=mf_posterior)
     monkeypatch.setattr(optim, "SPARSE_RATINGS_PER_BATCH", 0.0)
     monkeypatch.setattr(optim, "IMPLICIT_UPDATES", 4)
     whole = fit_mwgp(index, y, levels, cfg)
