@@ -23,6 +23,7 @@ import torch
 
 from .._version import __version__
 from ..core.posterior import MWGPPosterior
+from ._common import ADDED_HYPER_PARAMS
 
 FORMAT = "mogp_surprise"
 FORMAT_VERSION = 2
@@ -115,7 +116,8 @@ MIGRATIONS = {1: _from_format_1}
 def load_model(cls: type, path: str | os.PathLike, device: Any = None) -> tuple[Any, dict[str, Any]]:
     """A ``cls`` instance with the saved hyper-parameters and posterior, plus its adapter-specific state."""
     payload = load_payload(path, expected=cls.__name__)
-    estimator = cls(**payload["hyper_params"])
+    # a hyper-parameter added after the file was written: the value that describes the model it holds
+    estimator = cls(**{**ADDED_HYPER_PARAMS, **payload["hyper_params"]})
     post = MWGPPosterior.from_state_dict(payload["posterior"])
     estimator.posterior_ = post if device is None else post.to(device=torch.device(device))
     estimator.loss_history_ = list(payload["training"]["loss_history"])

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from .gp import SparseGP, softplus_inverse
 from .implicit import ImplicitFeedback
 from .rows import Batch
-from .terms import RatingParts, Rows, Table, Term, build_terms
+from .terms import RatingParts, Rows, Table, Term, build_terms, noise_moments
 
 MIN_NOISE = 1e-4
 
@@ -168,8 +168,6 @@ class MWGPModule(nn.Module):
         rest, from the training tuples ``index`` (chunked); nothing to do without such tables."""
         if not any(spec.variance_of is not None for _, spec, _ in self.tables()):
             return
-        from .objective import noise_moments
-
         tables = self.effective_tables()
         statistics: dict[str, dict[str, Tensor]] = {term.name: {} for term in self.terms}
         for start in range(0, index.shape[0], chunk_size):

@@ -24,7 +24,7 @@ Expected log likelihood. With lambda_n = E_q[1 / sigma_n^2] and r_n = y_n - mu_n
 
 Homoscedastic (the paper): sigma_n^2 = sigma^2. With log-noise offsets N(m_n, v_n) summed over the
 rating's levels, E_q[log sigma_n^2] = log sigma^2 + m_n and lambda_n = exp(v_n / 2 - E_q[log sigma_n^2])
-(:func:`noise_moments`). A latent scale a_n enters as r_n / a_n and lambda_n a_n^2. The sums over the
+(:func:`~.terms.base.noise_moments`). A latent scale a_n enters as r_n / a_n and lambda_n a_n^2. The sums over the
 B x m cross-covariance come from the fused :func:`~.kernels.data_fit` (kernel, products and gradients by
 hand); :func:`expected_log_lik_of_moments` is the same expected log likelihood from per-rating moments (fold-in,
 and the test of the fused term).
@@ -52,20 +52,12 @@ from torch import Tensor
 from .gp import WhitenedTerms
 from .model import MWGPModule
 from .rows import Batch
-from .terms import RatingParts
+from .terms import RatingParts, noise_moments  # noqa: F401 (noise_moments: part of this module's API)
 
 LOG_2PI = math.log(2.0 * math.pi)
 
 
 # -- expected log likelihood ---------------------------------------------------------------------------
-def noise_moments(parts: RatingParts) -> tuple[Tensor, Tensor]:
-    """E_q[log sigma_n^2] and lambda_n = E_q[1 / sigma_n^2] of the ratings of ``parts``, (n,) each."""
-    if parts.log_noise is None:
-        base = parts.log_noise_base
-        return base.expand(parts.n), torch.exp(-base).expand(parts.n)
-    return parts.log_noise.expand(parts.n), torch.exp(0.5 * parts.log_noise_var - parts.log_noise).expand(parts.n)
-
-
 def gaussian_expected_log_lik(n: int, log_noise_sum: Tensor, *weighted_sums: Tensor) -> Tensor:
     """-1/2 [n log 2 pi + sum_n E_q[log sigma_n^2] + sum_n lambda_n (e_n^2 + v_n)] from its sums: the
     sum of E_q[log N(y_n | f_n, sigma_n^2)] with e_n = y_n - E_q[f_n] and v_n = Var_q[f_n]

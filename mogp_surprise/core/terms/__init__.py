@@ -6,10 +6,10 @@ import importlib
 import pkgutil
 from typing import Any
 
-from .base import _REGISTRY, MIN_PRIOR_VAR, PRIORS, RatingParts, Rows, Table, Term, register_term
+from .base import _REGISTRY, MIN_PRIOR_VAR, PRIORS, RatingParts, Rows, Table, Term, noise_moments, register_term
 
-__all__ = ["Term", "Table", "Rows", "RatingParts", "PRIORS", "MIN_PRIOR_VAR", "register_term", "registered_terms",
-           "term_class", "build_terms"]
+__all__ = ["Term", "Table", "Rows", "RatingParts", "PRIORS", "MIN_PRIOR_VAR", "noise_moments", "register_term",
+           "registered_terms", "term_class", "build_terms"]
 
 _loaded = False
 

@@ -139,6 +139,14 @@ class RatingParts:
         self.latent_log_scale = value if self.latent_log_scale is None else self.latent_log_scale + value
 
 
+def noise_moments(parts: RatingParts) -> tuple[Tensor, Tensor]:
+    """E_q[log sigma_n^2] and lambda_n = E_q[1 / sigma_n^2] of the ratings of ``parts``, (n,) each."""
+    if parts.log_noise is None:
+        base = parts.log_noise_base
+        return base.expand(parts.n), torch.exp(-base).expand(parts.n)
+    return parts.log_noise.expand(parts.n), torch.exp(0.5 * parts.log_noise_var - parts.log_noise).expand(parts.n)
+
+
 class Term(nn.Module):
     """A per-level model term (module docstring). Subclasses set :attr:`name` and :attr:`order` and implement
     :meth:`from_config`, :meth:`tables` and :meth:`combine`; the other methods have defaults.
