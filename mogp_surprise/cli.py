@@ -220,6 +220,8 @@ def _model_and_user(args: argparse.Namespace):
 
 
 def _recommend(args: argparse.Namespace) -> int:
+    from .core.recommend import THOMPSON_SCALE
+
     algo, user, known, ratings = _model_and_user(args)
     frame = algo.recommend(user, n=args.n, strategy=args.strategy, kappa=args.kappa, ratings=ratings,
                            random_state=args.seed)
@@ -228,9 +230,12 @@ def _recommend(args: argparse.Namespace) -> int:
                                                                    else " (not in the training data)"))
     elif not known:
         print(f"User {user} is not in the model and no --rate was given: cold-start ranking (the population's)")
-    score = {"mean": "mean", "lcb": f"mean - {args.kappa:g} std", "ucb": f"mean + {args.kappa:g} std",
-             "auto": f"mean - {args.kappa:g} std for a user with fewer than 20 ratings, else mean",
-             "thompson": "one draw from the posterior (Thompson sampling)"}[args.strategy]
+    kappa = 1.0 if args.kappa is None else args.kappa
+    tempered = THOMPSON_SCALE if args.kappa is None else args.kappa
+    score = {"mean": "mean", "lcb": f"mean - {kappa:g} std", "ucb": f"mean + {kappa:g} std",
+             "auto": f"mean - {kappa:g} std for a user with fewer than 20 ratings, else mean",
+             "thompson": f"one draw from the posterior, its spread times {tempered:g} (Thompson sampling)"
+             }[args.strategy]
     print(f"Top {len(frame)} by {score}; est: the mean within the rating scale; 90 % interval: mean +- "
           f"{Z90:.3f} std, within the rating scale")
     _print_rows(algo, frame)
@@ -360,7 +365,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="rank by mean, mean - kappa*std (risk-averse), mean + kappa*std (exploratory) or one draw "
                           "from the posterior (thompson); auto: lcb for users with fewer than 20 ratings, else mean")
     rec.add_argument("--seed", type=int, default=None, help="seed of the thompson draw (None: a fresh one)")
-    rec.add_argument("--kappa", type=float, default=1.0, help="kappa of lcb/ucb")
+    rec.add_argument("--kappa", type=float, default=None,
+                     help="the weight of the uncertainty: lcb/ucb mean -/+ kappa std (default 1); thompson: the "
+                          "draw's spread times kappa (default 0.5)")
     rec.add_argument("--rate", nargs="+", default=None, metavar="ITEM=RATING",
                      help="the user's ratings to fold in for this ranking (no refit)")
     rec.set_defaults(func=_recommend)

@@ -37,7 +37,7 @@ class UserModelMixin:
             raise ValueError(f"{what} needs a (user, item) model; this one has {post.n_factors} id columns")
         return post
 
-    def _recommend(self, user: Any, n: int, strategy: str, kappa: float, exclude_rated: bool,
+    def _recommend(self, user: Any, n: int, strategy: str, kappa: float | None, exclude_rated: bool,
                    ratings: Any, random_state: Any = None) -> pd.DataFrame:
         if ratings is None:
             return self._recommend_many([user], n, strategy, kappa, exclude_rated, random_state).drop(columns="user")
@@ -48,7 +48,7 @@ class UserModelMixin:
         return self._frame(post, [user], np.array([row]), [items], n, strategy, kappa, random_state,
                            exclude_rated).drop(columns="user")
 
-    def _recommend_many(self, users: Any, n: int, strategy: str, kappa: float, exclude_rated: bool,
+    def _recommend_many(self, users: Any, n: int, strategy: str, kappa: float | None, exclude_rated: bool,
                         random_state: Any = None) -> pd.DataFrame:
         from ..core.recommend import check_strategy
 
@@ -60,7 +60,7 @@ class UserModelMixin:
         return self._frame(post, users, inner, rated, n, strategy, kappa, random_state, exclude_rated)
 
     def _frame(self, posterior: MWGPPosterior, raw_users: Sequence[Any], inner_users: np.ndarray,
-               rated: list[np.ndarray], n: int, strategy: str, kappa: float, random_state: Any,
+               rated: list[np.ndarray], n: int, strategy: str, kappa: float | None, random_state: Any,
                exclude_rated: bool) -> pd.DataFrame:
         """Top-N lists of several users as a tidy DataFrame (user, rank, item, est, mean, std, score);
         ``strategy="auto"``: LCB for the users with fewer than ``AUTO_FEW_RATINGS`` ratings, the mean otherwise."""

@@ -85,7 +85,7 @@ class MWGPRegressor(HyperParamsMixin, UserModelMixin, RegressorMixin, BaseEstima
         mean, var = self.predict_dist(X)
         return (mean, np.sqrt(var)) if return_std else mean
 
-    def recommend(self, user: Any, n: int = 10, strategy: str = "auto", kappa: float = 1.0,
+    def recommend(self, user: Any, n: int = 10, strategy: str = "auto", kappa: float | None = None,
                   exclude_rated: bool = True, ratings: Any = None, random_state: Any = None) -> pd.DataFrame:
         """Top-``n`` items for one raw user id; see :meth:`mogp_surprise.MWGP.recommend`.
 
@@ -94,7 +94,7 @@ class MWGPRegressor(HyperParamsMixin, UserModelMixin, RegressorMixin, BaseEstima
         """
         return self._recommend(user, n, strategy, kappa, exclude_rated, ratings, random_state)
 
-    def recommend_many(self, users: Any, n: int = 10, strategy: str = "auto", kappa: float = 1.0,
+    def recommend_many(self, users: Any, n: int = 10, strategy: str = "auto", kappa: float | None = None,
                        exclude_rated: bool = True, random_state: Any = None) -> pd.DataFrame:
         """Batched :meth:`recommend`: one DataFrame with columns user, rank, item, est, mean, std, score."""
         return self._recommend_many(users, n, strategy, kappa, exclude_rated, random_state)

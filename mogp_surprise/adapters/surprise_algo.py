@@ -138,7 +138,7 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
         return self.posterior_.predict_pair(index, include_noise=include_noise)
 
     # -- recommendation and fold-in (UserModelMixin) -----------------------------------------------
-    def recommend(self, uid: Any, n: int = 10, strategy: str = "auto", kappa: float = 1.0,
+    def recommend(self, uid: Any, n: int = 10, strategy: str = "auto", kappa: float | None = None,
                   exclude_rated: bool = True, ratings: Any = None, random_state: Any = None) -> pd.DataFrame:
         """Top-``n`` items for one raw user id, ranked with their uncertainty.
 
@@ -155,7 +155,12 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
             ratings from the posterior (Thompson sampling: the user's and the items' parameters and
             the latent function drawn once, so the draw is consistent across items; each call explores
             anew).
-        kappa : float, default=1.0
+        kappa : float, optional
+            The weight of the uncertainty. lcb / ucb: mean -/+ kappa*std (default 1). thompson: the draw's
+            deviations from the posterior's values times kappa (default 0.5, a tempered posterior: in a
+            replay on held-out MovieLens users the plain posterior's draws, kappa=1, explored so much that
+            their share of liked items fell 2-3 points below ranking by the mean; half the spread stays
+            within 1 point of it and still learns more about the user).
         exclude_rated : bool, default=True
             Skip items the user rated (in the training set and in ``ratings``).
         ratings : dict {iid: rating} or sequence of (iid, rating), optional
@@ -171,7 +176,7 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
         """
         return self._recommend(uid, n, strategy, kappa, exclude_rated, ratings, random_state)
 
-    def recommend_many(self, uids: Sequence[Any], n: int = 10, strategy: str = "auto", kappa: float = 1.0,
+    def recommend_many(self, uids: Sequence[Any], n: int = 10, strategy: str = "auto", kappa: float | None = None,
                        exclude_rated: bool = True, random_state: Any = None) -> pd.DataFrame:
         """Batched :meth:`recommend`: one DataFrame with columns user, rank, item, est, mean, std, score."""
         return self._recommend_many(uids, n, strategy, kappa, exclude_rated, random_state)

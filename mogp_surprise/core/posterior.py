@@ -329,15 +329,16 @@ class MWGPPosterior:
         return mean, (var + noise if include_noise else var) * self.rating_std ** 2
 
     @torch.no_grad()
-    def catalogue_draw(self, user: int, generator: torch.Generator) -> Tensor:
+    def catalogue_draw(self, user: int, generator: torch.Generator, scale: float = 1.0) -> Tensor:
         """One joint posterior draw of a (validated) user's expected rating of every item, on the rating scale
-        (:func:`~.sampling.catalogue_draw`: the user's and items' rows and the latent function drawn once)."""
+        (:func:`~.sampling.catalogue_draw`: the user's and items' rows and the latent function drawn once;
+        ``scale``: the drawn deviations times this, a tempered posterior)."""
         if user >= 0 and self.cold_users is not None and bool(self.cold_users[user]):
             user = -1
         sampler = self.__dict__.get("_weight_sampler")
         if sampler is None:
             sampler = self._weight_sampler = weight_sampler(self.state.gp)
-        return catalogue_draw(self.state, user, sampler, generator) * self.rating_std + self.rating_mean
+        return catalogue_draw(self.state, user, sampler, generator, scale) * self.rating_std + self.rating_mean
 
     @torch.no_grad()
     def standardised_moments(self, index: Tensor) -> tuple[Tensor, Tensor, Tensor]:

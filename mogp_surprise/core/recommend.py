@@ -20,6 +20,12 @@ STRATEGIES = ("mean", "lcb", "ucb", "thompson")
 #: 2 times as many liked items as the mean's: benchmarks/new_users.py)
 AUTO = "auto"
 AUTO_FEW_RATINGS = 20
+#: the default kappa of each strategy: lcb / ucb rank by mean -/+ 1 std; "thompson" draws from the posterior
+#: tempered to THOMPSON_SCALE times its standard deviations (replay on held-out users, T = 30, hit rate / RMSE
+#: on the user's other ratings: ML-1M greedy 0.838 / 0.948, scale 1 0.814 / 0.938, 0.5 0.834 / 0.942, 0.25
+#: 0.838 / 0.953; ML-100K greedy 0.787 / 0.925, 1 0.755 / 0.915, 0.5 0.778 / 0.921, 0.25 0.781 / 0.919)
+THOMPSON_SCALE = 0.5
+DEFAULT_KAPPA = {"mean": 1.0, "lcb": 1.0, "ucb": 1.0, "thompson": THOMPSON_SCALE}
 
 
 @dataclass
@@ -32,13 +38,13 @@ class TopN:
     score: np.ndarray  # (k, n) ranking score
 
 
-def check_strategy(strategy: str, kappa: float, n: int, auto: bool = False) -> None:
+def check_strategy(strategy: str, kappa: float | None, n: int, auto: bool = False) -> None:
     allowed = (AUTO, *STRATEGIES) if auto else STRATEGIES
     if strategy not in allowed:
         raise ValueError(f"`strategy` must be one of {allowed}, got {strategy!r}")
-    if isinstance(kappa, bool) or not isinstance(kappa, (int, float, np.floating)) or not math.isfinite(kappa) \
-            or kappa < 0:
-        raise ValueError(f"`kappa` must be a finite number >= 0, got {kappa!r}")
+    if kappa is not None and (isinstance(kappa, bool) or not isinstance(kappa, (int, float, np.floating))
+                              or not math.isfinite(kappa) or kappa < 0):
+        raise ValueError(f"`kappa` must be None or a finite number >= 0, got {kappa!r}")
     check_int("n", n, 1)
 
 
@@ -52,7 +58,7 @@ def draw_generator(random_state: Any, device: torch.device) -> torch.Generator:
 
 
 def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: str | Sequence[str] = "mean",
-          kappa: float = 1.0,
+          kappa: float | None = None,
           exclude: Sequence[np.ndarray] | None = None, chunk_size: int | None = None,
           random_state: Any = None) -> TopN:
     """Rank every item for each user of a (user, item) model.
@@ -70,8 +76,11 @@ def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: st
         Length of each list.
     strategy : {"mean", "lcb", "ucb", "thompson"}, or a sequence of them, one per user
         Score = mean, mean - kappa * std, mean + kappa * std, or one joint draw of the user's expected ratings
-        from the posterior (:func:`~.sampling.catalogue_draw`; a new draw for every user and call).
-    kappa : float
+        from the posterior (:func:`~.sampling.catalogue_draw`; a new draw for every user and call), tempered:
+        its deviations from the posterior's values times kappa.
+    kappa : float, optional
+        The weight of the uncertainty; None: :data:`DEFAULT_KAPPA` of the strategy (1 for lcb / ucb,
+        :data:`THOMPSON_SCALE` for thompson; kappa = 1 there is plain Thompson sampling).
     exclude : sequence of k int arrays, optional
         Inner item indices never to recommend to each user (e.g. those already rated).
     chunk_size : int, optional
@@ -97,6 +106,7 @@ def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: st
     out = {name: np.full((k, width), np.nan) for name in ("mean", "std", "score")}
     device = posterior.device
     signs = np.array([{"mean": 0.0, "lcb": -1.0, "ucb": 1.0, "thompson": 0.0}[s] for s in strategies])
+    kappas = np.array([DEFAULT_KAPPA[s] if kappa is None else float(kappa) for s in strategies])
     drawn_users = np.array([s == "thompson" for s in strategies], dtype=bool)
     generator = draw_generator(random_state, device) if drawn_users.any() else None
     per_chunk = max(1, (chunk_size or posterior.chunk_size) // max(width, 1))
@@ -108,10 +118,10 @@ def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: st
             # ranking by the mean needs no variance; the reported values are the n chosen items' predictive
             sign = float(signs[start + row])
             if drawn_users[start + row]:
-                score = posterior.catalogue_draw(user, generator)
+                score = posterior.catalogue_draw(user, generator, scale=float(kappas[start + row]))
             else:
                 mean, var = posterior.catalogue_moments(user, variance=bool(sign))
-                score = mean + sign * kappa * var.sqrt() if sign else mean
+                score = mean + sign * float(kappas[start + row]) * var.sqrt() if sign else mean
             if exclude is not None:
                 banned = np.asarray(exclude[start + row], dtype=np.int64)
                 if banned.size:
@@ -126,11 +136,11 @@ def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: st
         rows = slice(start, start + b)
         out_items[rows] = best.masked_fill(~valid, -1).cpu().numpy()
         best_mean, best_std = best_mean.view(b, width), best_var.sqrt().view(b, width)
-        sign = torch.as_tensor(signs[rows], dtype=best_mean.dtype, device=device).unsqueeze(1)
+        sign = torch.as_tensor(signs[rows] * kappas[rows], dtype=best_mean.dtype, device=device).unsqueeze(1)
         drawn = torch.as_tensor(drawn_users[rows], device=device).unsqueeze(1)
         picked = {"mean": best_mean, "std": best_std,
                   "score": torch.where(drawn, best_score.to(best_mean.dtype).view(b, width),
-                                       best_mean + sign * kappa * best_std)}
+                                       best_mean + sign * best_std)}
         for name, values in picked.items():
             out[name][rows] = values.masked_fill(~valid, math.nan).double().cpu().numpy()
     return TopN(out_items, out["mean"], out["std"], out["score"])

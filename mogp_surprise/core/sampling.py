@@ -39,17 +39,19 @@ def weight_sampler(gp: FittedGP, jitter: float = 1e-5) -> tuple[Tensor, Tensor]:
     return root.to(gp.w.dtype), k_inv.to(gp.w.dtype)
 
 
-def _drawn(value: Tensor, var: Tensor | None, generator: torch.Generator) -> Tensor:
+def _drawn(value: Tensor, var: Tensor | None, generator: torch.Generator, scale: float = 1.0) -> Tensor:
     if var is None:
         return value
     noise = torch.randn(value.shape, generator=generator, dtype=value.dtype, device=value.device)
-    return value + var.clamp_min(0.0).sqrt() * noise
+    return value + (scale * var.clamp_min(0.0).sqrt()) * noise
 
 
 def catalogue_draw(state: PosteriorState, user: int, sampler: tuple[Tensor, Tensor],
-                   generator: torch.Generator) -> Tensor:
+                   generator: torch.Generator, scale: float = 1.0) -> Tensor:
     """One joint draw of the expected rating of user ``user`` (-1: unseen) for every item, standardised
-    units, shape (n_items,). ``sampler``: :func:`weight_sampler` of the state's GP."""
+    units, shape (n_items,). ``sampler``: :func:`weight_sampler` of the state's GP. ``scale``: every drawn
+    deviation from the posterior's values times this (a tempered posterior, its standard deviations times
+    ``scale``; 1: the posterior, 0: its values)."""
     n = state.n_levels[1]
     level = max(user, 0)
     dtype, device = state.gp.w.dtype, state.gp.w.device
@@ -66,16 +68,16 @@ def catalogue_draw(state: PosteriorState, user: int, sampler: tuple[Tensor, Tens
             if spec.factor == 0:
                 if user < 0:  # an unseen user: a concrete row from the population
                     mean, var = table.population if table.population is not None else (table.values.mean(0), None)
-                    value, var = _drawn(mean, var, generator), None
+                    value, var = _drawn(mean, var, generator, scale), None
                 else:
                     value = table.values[level]
                     var = None if table.laplace_var is None else table.laplace_var[level]
-                one = _drawn(value, var, generator)
+                one = _drawn(value, var, generator, scale)
                 rows_drawn[spec.name] = Rows(one.expand(n, *one.shape))
                 rows_fixed[spec.name] = Rows(value.expand(n, *value.shape),
                                              None if var is None else var.expand(n, *var.shape))
             else:
-                rows_drawn[spec.name] = Rows(_drawn(table.values, table.laplace_var, generator))
+                rows_drawn[spec.name] = Rows(_drawn(table.values, table.laplace_var, generator, scale))
                 rows_fixed[spec.name] = Rows(table.values, table.laplace_var)
         fitted.term.combine(rows_drawn, drawn)
         fitted.term.combine(rows_fixed, fixed)
@@ -86,16 +88,16 @@ def catalogue_draw(state: PosteriorState, user: int, sampler: tuple[Tensor, Tens
     k = kernel.cross(x, gp.inducing)
     root, k_inv = sampler
     eps = torch.randn(root.shape[1], generator=generator, dtype=dtype, device=device)
-    weights = gp.w + root @ eps
+    weights = gp.w + scale * (root @ eps)
     residual = (gp.outputscale - ((k @ k_inv) * k).sum(-1)).clamp_min(0.0)
-    f = k @ weights + residual.sqrt() * torch.randn(n, generator=generator, dtype=dtype, device=device)
+    f = k @ weights + scale * residual.sqrt() * torch.randn(n, generator=generator, dtype=dtype, device=device)
     if inputs[0].var is not None or inputs[1].var is not None:
         # a known input's Laplace variance by the delta method, as in the predictive: E[f] moves linearly
         # with the input's draw (the user's drawn once, each item's on its own)
         grad = kernel.mean_gradient(k * gp.w, x, gp.inducing)
         r = gp.input_width
         if inputs[0].var is not None:
-            f = f + grad[:, :r] @ _drawn(torch.zeros_like(inputs[0].var[0]), inputs[0].var[0], generator)
+            f = f + grad[:, :r] @ _drawn(torch.zeros_like(inputs[0].var[0]), inputs[0].var[0], generator, scale)
         if inputs[1].var is not None:
-            f = f + (grad[:, r:] * _drawn(torch.zeros_like(inputs[1].var), inputs[1].var, generator)).sum(-1)
+            f = f + (grad[:, r:] * _drawn(torch.zeros_like(inputs[1].var), inputs[1].var, generator, scale)).sum(-1)
     return predictive(drawn, f, None)[0]

@@ -30,6 +30,22 @@ def test_draws_have_the_predictive_mean_and_latent_variance(posterior, user):
     assert 0.9 < np.median(ratio) < 1.1 and 0.8 < ratio.min() and ratio.max() < 1.25
 
 
+def test_a_tempered_draw_has_the_predictive_mean_and_scale_squared_times_its_variance(posterior):
+    """``scale`` s: every drawn deviation times s, so a known user's draws have s^2 times the posterior's
+    variance (up to the bilinear term's product of two deviations, s^4), and s = 0 gives the predictive mean;
+    an unseen user's drawn GP input enters the kernel nonlinearly: their variance shrinks, by more than s^2."""
+    mean, var = (t.numpy() for t in posterior.catalogue_moments(3, include_noise=False))
+    generator = torch.Generator().manual_seed(0)
+    np.testing.assert_allclose(posterior.catalogue_draw(3, generator, scale=0.0).numpy(), mean, rtol=1e-10)
+    draws = torch.stack([posterior.catalogue_draw(3, generator, scale=0.5) for _ in range(6000)]).numpy()
+    np.testing.assert_allclose(draws.mean(0), mean, atol=5 * np.sqrt(0.25 * var.max() / 6000))
+    ratio = draws.var(0) / (0.25 * var)
+    assert 0.85 < np.median(ratio) < 1.1 and ratio.max() < 1.25
+    full = torch.stack([posterior.catalogue_draw(-1, generator) for _ in range(3000)]).numpy().var(0)
+    half = torch.stack([posterior.catalogue_draw(-1, generator, scale=0.5) for _ in range(3000)]).numpy().var(0)
+    assert np.all(half < 0.3 * full)
+
+
 def test_a_draw_is_joint_across_items(posterior):
     """The user's parameters are drawn once per draw: items' draws are correlated through them."""
     generator = torch.Generator().manual_seed(1)
