@@ -221,23 +221,17 @@ def _model_and_user(args: argparse.Namespace):
 
 def _recommend(args: argparse.Namespace) -> int:
     from .core.recommend import THOMPSON_SCALE
-
     algo, user, known, ratings = _model_and_user(args)
-    frame = algo.recommend(user, n=args.n, strategy=args.strategy, kappa=args.kappa, ratings=ratings,
-                           random_state=args.seed)
+    frame = algo.recommend(user, n=args.n, strategy=args.strategy, kappa=args.kappa, ratings=ratings, random_state=args.seed)
     if ratings:
         print(f"User {user}: {len(ratings)} rating(s) folded in" + (" on top of their training ratings" if known
                                                                    else " (not in the training data)"))
     elif not known:
         print(f"User {user} is not in the model and no --rate was given: cold-start ranking (the population's)")
-    kappa = 1.0 if args.kappa is None else args.kappa
-    tempered = THOMPSON_SCALE if args.kappa is None else args.kappa
-    score = {"mean": "mean", "lcb": f"mean - {kappa:g} std", "ucb": f"mean + {kappa:g} std",
-             "auto": f"mean - {kappa:g} std for a user with fewer than 20 ratings, else mean",
-             "thompson": f"one draw from the posterior, its spread times {tempered:g} (Thompson sampling)"
-             }[args.strategy]
-    print(f"Top {len(frame)} by {score}; est: the mean within the rating scale; 90 % interval: mean +- "
-          f"{Z90:.3f} std, within the rating scale")
+    k, t = (1.0, THOMPSON_SCALE) if args.kappa is None else (args.kappa, args.kappa)
+    score = {"mean": "mean", "lcb": f"mean - {k:g} std", "ucb": f"mean + {k:g} std", "thompson": f"one posterior "
+             f"draw, spread x {t:g} (Thompson sampling)", "auto": f"mean - {k:g} std below 20 ratings, else mean"}[args.strategy]
+    print(f"Top {len(frame)} by {score}; est: the mean within the rating scale; 90 % interval: mean +- {Z90:.3f} std")
     _print_rows(algo, frame)
     return 0
 
@@ -365,9 +359,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="rank by mean, mean - kappa*std (risk-averse), mean + kappa*std (exploratory) or one draw "
                           "from the posterior (thompson); auto: lcb for users with fewer than 20 ratings, else mean")
     rec.add_argument("--seed", type=int, default=None, help="seed of the thompson draw (None: a fresh one)")
-    rec.add_argument("--kappa", type=float, default=None,
-                     help="the weight of the uncertainty: lcb/ucb mean -/+ kappa std (default 1); thompson: the "
-                          "draw's spread times kappa (default 0.5)")
+    rec.add_argument("--kappa", type=float, default=None, help="lcb/ucb: mean -/+ kappa std (default 1); "
+                     "thompson: the draw's spread times kappa (default 0.5)")
     rec.add_argument("--rate", nargs="+", default=None, metavar="ITEM=RATING",
                      help="the user's ratings to fold in for this ranking (no refit)")
     rec.set_defaults(func=_recommend)

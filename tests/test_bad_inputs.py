@@ -645,7 +645,7 @@ TABLE = [
                                 ({int(DF.item[0]): float("nan")}, r"must be finite", "nan-rating"),
                                 ("50", r"must be a dict", "str-ratings"))],
     row(lambda c: c.su.recommend("new", ratings={int(DF.item[0]): 3.0}, kappa=-1.0),
-        Raises(ValueError, r"`kappa` must be a finite number >= 0"), "foldin/surprise/kappa<0"),
+        Raises(ValueError, r"`kappa` must be None or a finite number >= 0"), "foldin/surprise/kappa<0"),
     row(lambda c: c.sk.recommend("new", n=0, ratings={int(DF.item[0]): 3.0}),
         Raises(ValueError, r"`n` must be an int >= 1"), "foldin/sklearn/n=0"),
     row(lambda c: copy.deepcopy(c.su).fold_in("new", []),
