@@ -68,8 +68,8 @@ class World:
         ts = algo.trainset
         self.n_users, self.n_items = self.post.n_levels
         self.counts = np.array([len(ts.ir[i]) for i in range(ts.n_items)], dtype=np.float64)
-        self.answer_prob = np.clip(self.counts / self.n_users, 0, 1)
         self.graph = algo._rating_graph()  # who rated what in training, as MWGP.ask reads it
+        self.answer_prob = answer_probability(self.graph, [])  # without answers: the item's popularity
         entropy = np.zeros(ts.n_items)
         for i in range(ts.n_items):
             values = np.array([r for _, r in ts.ir[i]])
@@ -141,9 +141,9 @@ def elicitation(world: World, policy: str, catalogue: bool) -> dict:
         if not catalogue:
             allowed[list(pool_items)] = True
         items, ratings, folded, asked = [], [], None, 0
+        needs_fold = policy in MODEL and not policy.startswith("ask")  # ask folds the answers in itself
         for step in range(0, STEPS[-1] + 1):
             if step and allowed.any():
-                needs_fold = policy in MODEL and not policy.startswith("ask")
                 item = world.pick(policy, allowed, folded if needs_fold else None, items, ratings, catalogue)
                 allowed[item] = False
                 asked += 1
@@ -153,7 +153,7 @@ def elicitation(world: World, policy: str, catalogue: bool) -> dict:
                     if needs_fold:
                         folded = world.fold(items, ratings)
             if step in out:
-                current = folded if (policy in MODEL and not policy.startswith("ask")) else world.fold(items, ratings)
+                current = folded if needs_fold else world.fold(items, ratings)
                 mean, var = world.predict(current, eval_items)
                 out[step]["se"].append((y - mean) ** 2)
                 out[step]["cov"].append(np.abs(y - mean) <= 1.6448536 * np.sqrt(var))
