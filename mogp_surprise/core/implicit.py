@@ -11,14 +11,16 @@ graph. Its cost grows with the whole graph, so with the square of the data over 
 
 **Row-sparse** (large data, :meth:`ImplicitFeedback.batch_sums`): the feeding tables are updated every
 few steps instead of every step, with the gradient of all the steps in between. Between two updates the
-tables do not change, so the sums of every level are formed once after each update (:meth:`refresh`,
-forward only) and a step reads its minibatch's rows of them, exactly; their gradient is added up per
+tables do not change, so the sums are formed once after each update (:meth:`refresh`, forward only; those of
+the levels that the steps up to the next update read, which the epoch's order tells) and a step reads its
+minibatch's rows of them, exactly; their gradient is added up per
 level (:meth:`batch_sums`' backward, one scatter of the minibatch's rows), and at the next update
 (:meth:`flush`) pushed through the transposed graph once: the exact gradient of the steps since the last
 update, whose mean Adam applies. So the implicit factors see the exact gradient of a minibatch
 ``refresh_every`` times larger, ``refresh_every`` times less often; the rest of the model is unchanged.
 The per-step cost is that of the minibatch's rows; the updates cost two passes over the graph each, a
-fixed number of times per epoch.
+fixed number of times per epoch, less where a large catalogue has levels that the steps between two updates do
+not reach: their sums are not formed, and their accumulated gradient (zero) not read.
 """
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ class ImplicitFeedback:
         self.accumulating = False
         self.cached: list[Tensor] | None = None
         self.gradients: list[Tensor] | None = None
+        self.flushed: list[Tensor | None] = []  # the feeding tables' gradients at the last update
         self.steps = 0
 
     def set_graph(self, index: Tensor, n_levels: tuple[int, int], dtype: torch.dtype) -> None:
@@ -60,15 +63,18 @@ class ImplicitFeedback:
         self.accumulating, self.steps = True, 0
 
     def stop_accumulating(self) -> None:
-        self.accumulating, self.cached, self.gradients, self.steps = False, None, None, 0
+        self.accumulating, self.cached, self.gradients, self.steps, self.flushed = False, None, None, 0, []
 
     @torch.no_grad()
-    def refresh(self, feeders: list[tuple[int, Tensor]]) -> None:
+    def refresh(self, feeders: list[tuple[int, Tensor]], levels: dict[int, Tensor] | None = None) -> None:
         """The sums of every level from the feeding tables as they are now (forward only; one product per
-        table into the buffers of the last refresh)."""
+        table into the buffers of the last refresh). ``levels[side]``: the levels of ``side`` that the steps
+        before the next update read (distinct, ascending); the sums of the others may be left out (they are
+        formed at a later refresh, before a step reads them)."""
         old = self.cached
+        levels = levels or {}
         self.cached = [graph_product(self.graph[2 * side], self.graph[2 * side + 1], table.detach(),
-                                     None if old is None else old[k])
+                                     None if old is None else old[k], rows=levels.get(side))
                        for k, (side, table) in enumerate(feeders)]
         if self.gradients is None:
             self.gradients = [torch.zeros_like(c) for c in self.cached]
@@ -89,12 +95,16 @@ class ImplicitFeedback:
         processes first) and start accumulating anew; False when no step was taken since."""
         if not self.steps:
             return False
+        self.flushed = self.flushed or [None] * len(feeders)
         for k, (side, table) in enumerate(feeders):
             gradient = self.gradients[k]
             if reduce is not None:
                 gradient = reduce(gradient)
-            gradient.div_(self.steps)
-            table.grad = graph_product(self.graph[2 * side + 1], self.graph[2 * side], gradient, table.grad)
+            # into the buffer of the last update (the optimiser drops .grad after its step; a fresh one is paged in
+            # at every update: 27 of 72 ms for a million users' tables)
+            self.flushed[k] = graph_product(self.graph[2 * side + 1], self.graph[2 * side], gradient,
+                                            self.flushed[k], scale=1.0 / self.steps)
+            table.grad = self.flushed[k]
             self.gradients[k].zero_()
         self.steps = 0
         return True
@@ -171,12 +181,15 @@ def implicit_graph(index: Tensor, n_levels: tuple[int, int], dtype: torch.dtype)
     return nu, nu_t, ni, ni_t
 
 
-def graph_product(matrix: Tensor, transposed: Tensor, dense: Tensor, out: Tensor | None = None) -> Tensor:
-    """``matrix @ dense`` (a CSR graph and its transpose, no gradient), into ``out`` when it has the shape and
+def graph_product(matrix: Tensor, transposed: Tensor, dense: Tensor, out: Tensor | None = None,
+                  scale: float = 1.0, rows: Tensor | None = None) -> Tensor:
+    """``scale * matrix @ dense`` (a CSR graph and its transpose, no gradient), into ``out`` when it has the shape and
     dtype. On CPU where numba is available by :mod:`.row_kernel`'s kernels: one output row at a time (23 vs 77
     ms by torch for a million output rows), or, when ``dense`` has more rows than the output, ``dense``'s rows
     read in order and added into the output (36 vs 93 ms reading a million users' rows for 100K items);
-    torch's product otherwise."""
+    torch's product otherwise. ``rows``: the output rows needed (the others may be left as they were, or zero
+    in a new output): the first kernel forms only those (a million users, a quarter of them needed: 11 vs 45
+    ms)."""
     from .optim import csr_product_kernels
 
     shape = (matrix.shape[0], dense.shape[1])
@@ -184,13 +197,18 @@ def graph_product(matrix: Tensor, transposed: Tensor, dense: Tensor, out: Tensor
         out = None
     kernels = csr_product_kernels() if dense.device.type == "cpu" else None
     if kernels is None or matrix.col_indices().dtype != torch.int32 or transposed.col_indices().dtype != torch.int32:
-        return torch.mm(matrix, dense, out=out) if out is not None else matrix @ dense
-    out = torch.empty(shape, dtype=dense.dtype) if out is None else out
+        out = torch.mm(matrix, dense, out=out) if out is not None else matrix @ dense
+        return out.mul_(scale) if scale != 1.0 else out
     by_rows = dense.shape[0] <= shape[0]
+    if out is None:
+        out = (torch.empty if rows is None or not by_rows else torch.zeros)(shape, dtype=dense.dtype)
     source = matrix if by_rows else transposed
-    kernels[0 if by_rows else 1](source.crow_indices().numpy(), source.col_indices().numpy(),
-                                 source.values().numpy(), dense.contiguous().numpy(), out.numpy(),
-                                 torch.get_num_threads())
+    arrays = (source.crow_indices().numpy(), source.col_indices().numpy(), source.values().numpy(),
+              dense.contiguous().numpy(), out.numpy(), torch.get_num_threads(), scale)
+    if by_rows:
+        kernels[0](*arrays, rows=None if rows is None else rows.numpy())
+    else:
+        kernels[1](*arrays)
     return out
 
 

@@ -127,9 +127,10 @@ class MWGPModule(nn.Module):
     def _sides(self) -> list[tuple[int, nn.Parameter]]:
         return [(term.specs[spec.feeds].factor, table) for term, spec, table in self._feeders()]
 
-    def refresh_implicit(self) -> None:
-        """Row-sparse path: the implicit sums of every level from the feeding tables as they are (:mod:`.implicit`)."""
-        self.implicit.refresh(self._sides())
+    def refresh_implicit(self, levels: dict[int, Tensor] | None = None) -> None:
+        """Row-sparse path: the implicit sums of every level (or at least of ``levels[side]``) from the feeding
+        tables as they are (:mod:`.implicit`)."""
+        self.implicit.refresh(self._sides(), levels)
 
     def flush_implicit(self, reduce=None) -> bool:
         """Row-sparse path: the feeding tables' ``.grad`` from the steps since their last update (:mod:`.implicit`)."""

@@ -96,38 +96,57 @@ def _row_adam_offset_kl(param, state, rows, grad, t, cumulative, inv_n, beta1, b
 
 
 def csr_product(crow: np.ndarray, col: np.ndarray, values: np.ndarray, dense: np.ndarray, out: np.ndarray,
-                threads: int) -> None:
-    """``out = A @ dense`` for a CSR matrix A (``crow``, ``col``, ``values``) on at most ``threads`` threads."""
+                threads: int, scale: float = 1.0, rows: np.ndarray | None = None) -> None:
+    """``out = scale * A @ dense`` for a CSR matrix A (``crow``, ``col``, ``values``) on at most ``threads``
+    threads; only the output rows ``rows`` (distinct) where given, the others left as they are."""
     numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
-    _csr_product(crow, col, values, dense, out)
+    rows = np.arange(out.shape[0]) if rows is None else rows
+    _csr_product(crow, col, values, dense, out, values.dtype.type(scale), rows)
 
 
 @numba.njit(cache=True, parallel=True)
-def _csr_product(crow, col, values, dense, out):  # pragma: no cover
+def _csr_product(crow, col, values, dense, out, scale, rows):  # pragma: no cover
     """One output row per iteration, its entries accumulated in order. The implicit-feedback graph's products
     (core/implicit.py) at a million users: 23 vs 77 ms with a million output rows (MKL through torch zeroes,
     fills and copies them), 41 vs 46 ms with 100K (3M entries, 24 columns, 2 threads). Reading rows of a
     table much larger than the output, :func:`csr_transposed_product` is faster."""
     width = out.shape[1]
-    for r in numba.prange(out.shape[0]):
+    for i in numba.prange(rows.shape[0]):
+        r = rows[i]
         for c in range(width):
             out[r, c] = 0.0
         for k in range(crow[r], crow[r + 1]):
-            j, v = col[k], values[k]
+            j, v = col[k], values[k] * scale
             for c in range(width):
                 out[r, c] += v * dense[j, c]
 
 
 def csr_transposed_product(crow: np.ndarray, col: np.ndarray, values: np.ndarray, dense: np.ndarray,
-                           out: np.ndarray, threads: int) -> None:
-    """``out = B^T @ dense`` for a CSR matrix B (``crow``, ``col``, ``values``; B's rows are ``dense``'s)."""
+                           out: np.ndarray, threads: int, scale: float = 1.0) -> None:
+    """``out = scale * B^T @ dense`` for a CSR matrix B (``crow``, ``col``, ``values``; B's rows are
+    ``dense``'s)."""
     threads = max(1, min(threads, numba.config.NUMBA_NUM_THREADS))
     numba.set_num_threads(threads)
-    _csr_transposed_product(crow, col, values, dense, out, np.empty((threads, *out.shape), dtype=out.dtype))
+    _csr_transposed_product(crow, col, values, dense, out, _parts((threads, *out.shape), out.dtype),
+                            values.dtype.type(scale))
+
+
+_PARTS: dict = {}
+
+
+def _parts(shape: tuple, dtype) -> np.ndarray:
+    """The per-thread copies of an output, kept for the next product of that shape (a fresh array is paged in at
+    every product: 12.8 MB for 100K x 16 on 2 threads, 32 times an epoch)."""
+    key = (shape, np.dtype(dtype))
+    if key not in _PARTS:
+        if len(_PARTS) >= 8:
+            _PARTS.clear()
+        _PARTS[key] = np.empty(shape, dtype)
+    return _PARTS[key]
 
 
 @numba.njit(cache=True, parallel=True)
-def _csr_transposed_product(crow, col, values, dense, out, parts):  # pragma: no cover
+def _csr_transposed_product(crow, col, values, dense, out, parts, scale):  # pragma: no cover
     """Every thread reads a contiguous share of ``dense``'s rows once and adds them into its own copy of the
     output (``parts``), which are then summed. Where ``dense`` has many more rows than ``out`` (a million
     users' table, 100K items) this reads the large table in order and writes into a small one instead of
@@ -138,8 +157,15 @@ def _csr_transposed_product(crow, col, values, dense, out, parts):  # pragma: no
         part = parts[p]
         part[:] = 0.0
         for r in range(n_rows * p // n_parts, n_rows * (p + 1) // n_parts):
+            touched = False  # a row of zeros adds nothing: skip its entries
+            for c in range(width):
+                if dense[r, c] != 0.0:
+                    touched = True
+                    break
+            if not touched:
+                continue
             for k in range(crow[r], crow[r + 1]):
-                j, v = col[k], values[k]
+                j, v = col[k], values[k] * scale
                 for c in range(width):
                     part[j, c] += v * dense[r, c]
     for j in numba.prange(out.shape[0]):

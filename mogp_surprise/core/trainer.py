@@ -160,6 +160,16 @@ class _Run:
     validation: list[float]  # RMSE of the predictive mean on the validation ratings after each epoch
 
 
+def _levels_read(index: torch.Tensor, n_levels: tuple[int, ...]) -> dict[int, torch.Tensor]:
+    """The distinct levels of each factor in ``index`` (ascending)."""
+    out = {}
+    for side in (0, 1):
+        mask = torch.zeros(n_levels[side], dtype=torch.bool, device=index.device)
+        mask[index[:, side]] = True
+        out[side] = mask.nonzero().squeeze(1)
+    return out
+
+
 def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], config: MWGPConfig,
            gen: torch.Generator, batch: int, device: torch.device, parallel: DataParallel | None = None,
            saver: "_Saver | None" = None, validation: tuple[torch.Tensor, torch.Tensor] | None = None,
@@ -214,6 +224,7 @@ def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], co
     bar = tqdm(range(first, last), desc=desc, unit="epoch", disable=not show, leave=False,
                initial=first, total=last)
     share = 1.0 / parallel.world_size if parallel is not None else 1.0
+    stale = True  # the implicit sums are to be refreshed before the next step (row-sparse path)
     for epoch in bar:
         epoch_start = time.perf_counter()
         # shuffle the training arrays once per epoch so that every minibatch is a contiguous slice
@@ -223,8 +234,10 @@ def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], co
         idx_t, y_t, order = idx_t[perm], y_t[perm], order[perm]
         total = 0.0
         for k, start in enumerate(range(0, n, batch)):
-            if accumulate and module.implicit.cached is None:
-                module.refresh_implicit()  # the first step (also of a resumed run)
+            if accumulate and stale:  # the sums that the steps up to the next update read (it ends the epoch too)
+                end = min(n, start + (refresh_every - k % refresh_every) * batch)
+                module.refresh_implicit(_levels_read(idx_t[start:end], module.n_levels))
+                stale = False
             rows = slice(start, start + batch)
             size = min(start + batch, n) - start
             mine = rows if parallel is None else parallel.shard(rows)
@@ -248,7 +261,7 @@ def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], co
                 if (k + 1) % refresh_every == 0 or start + batch >= n:  # (the epoch ends with an update)
                     module.flush_implicit(None if parallel is None else parallel.all_reduce_implicit)
                     optimizer.step_implicit()
-                    module.refresh_implicit()
+                    stale = True
         # variational variances (e.g. mf_posterior="variational"): their closed-form optimum given the epoch's end
         # (not before the first epoch: see terms/bilinear.py)
         module.update_variances(idx_t, config.chunk_size)

@@ -84,3 +84,48 @@ def test_graph_products_by_rows_by_columns_and_by_torch_agree(dtype, kernels, mo
         torch.testing.assert_close(got, want)
         torch.testing.assert_close(graph_product(matrix, transposed, dense), want)
 
+
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_the_kernels_scale_their_product(threads) -> None:
+    """numba's kernels by output rows and through the transpose give ``scale * matrix @ dense`` (the flush's mean
+    over its steps), with the per-thread copies of the output kept from one product to the next."""
+    from mogp_surprise.core import optim
+
+    if optim.csr_product_kernels() is None:
+        pytest.skip("numba is not installed: the kernels are not used")
+    by_rows, by_columns = optim.csr_product_kernels()
+    gen = torch.Generator().manual_seed(3)
+    index = torch.stack([torch.randint(0, 300, (2000,), generator=gen), torch.randint(0, 40, (2000,), generator=gen)], 1)
+    nu, nu_t, ni, ni_t = implicit_graph(index, (300, 40), torch.float64)
+    for scale in (0.25, 1.0):
+        for matrix, transposed in ((nu, nu_t), (ni, ni_t), (nu_t, nu), (ni_t, ni)):
+            table = torch.randn(matrix.shape[1], 5, generator=gen, dtype=torch.float64)
+            out = torch.full((matrix.shape[0], 5), float("nan"), dtype=torch.float64)
+            kernel, source = (by_rows, matrix) if matrix.shape[1] <= matrix.shape[0] else (by_columns, transposed)
+            kernel(source.crow_indices().numpy(), source.col_indices().numpy(), source.values().numpy(),
+                   table.numpy(), out.numpy(), threads, scale)
+            torch.testing.assert_close(out, scale * (matrix.to_dense() @ table))
+
+
+def test_a_refresh_of_the_levels_read_forms_their_sums_and_leaves_the_rest() -> None:
+    """``rows``: the output rows the next steps read are formed exactly (by numba's kernel where it is used, whole
+    by torch otherwise); the others keep what they held, or zero in a new output."""
+    from mogp_surprise.core.implicit import graph_product
+
+    gen = torch.Generator().manual_seed(4)
+    index = torch.stack([torch.randint(0, 300, (2000,), generator=gen), torch.randint(0, 40, (2000,), generator=gen)], 1)
+    nu, nu_t, _, _ = implicit_graph(index, (300, 40), torch.float64)
+    table = torch.randn(40, 5, generator=gen, dtype=torch.float64)
+    want = nu.to_dense() @ table
+    rows = torch.tensor([3, 17, 150, 299])
+    out = torch.full((300, 5), 7.0, dtype=torch.float64)
+    got = graph_product(nu, nu_t, table, out, rows=rows)
+    torch.testing.assert_close(got[rows], want[rows])
+    fresh = graph_product(nu, nu_t, table, rows=rows)
+    torch.testing.assert_close(fresh[rows], want[rows])
+    others = torch.ones(300, dtype=torch.bool)
+    others[rows] = False
+    assert torch.all((got[others] == 7.0) | (got[others] == want[others]))
+    assert torch.all((fresh[others] == 0.0) | (fresh[others] == want[others]))

@@ -334,3 +334,20 @@ def test_a_default_model_fit_on_the_sparse_path_learns_and_resumes_exactly(monke
     monkeypatch.setattr(optim, "SPARSE_RATINGS_PER_BATCH", 1e9)
     assert not np.array_equal(fit_mwgp(index, y, levels, cfg.replace(n_epochs=1)).posterior.predict(index[:50])[0],
                               dense.posterior.predict(index[:50])[0])
+
+
+def test_a_refresh_of_only_the_levels_the_next_steps_read_trains_as_a_whole_refresh(monkeypatch):
+    """The default model on the row-sparse path refreshes the implicit sums of only the levels that the steps up
+    to the next update read (numba's kernel leaves the others as they were): the fit is that of whole refreshes,
+    over updates every 5 steps (the last one of an epoch shorter)."""
+    from mogp_surprise.core import trainer
+
+    index, y, levels = _rank_two_ratings(2, n=1500, levels=(300, 150))
+    cfg = DEFAULT.replace(n_epochs=2, batch_size=10, random_state=0, early_stopping=False)
+    monkeypatch.setattr(optim, "SPARSE_ROWS_PER_BATCH", 0.0)
+    assert optim.implicit_update_interval(150) == 5
+    partial = fit_mwgp(index, y, levels, cfg)
+    monkeypatch.setattr(trainer, "_levels_read", lambda index, n_levels: {})
+    whole = fit_mwgp(index, y, levels, cfg)
+    assert partial.loss_history == whole.loss_history
+    np.testing.assert_array_equal(partial.posterior.predict(index)[0], whole.posterior.predict(index)[0])
