@@ -16,7 +16,9 @@ measured on the evaluation half.
 - **Replay** (exploration): each round the user is served one item among those they rated and not yet
   served, the rating is revealed and folded in; the cumulative share of picks rated >= 4 (hit rate)
   after T rounds, and the RMSE on the user's ratings not served after T rounds. Greedy (the mean), UCB
-  (mean + latent std), Thompson (one posterior draw), popularity, random.
+  (mean + latent std), Thompson (one draw of the posterior tempered as ``recommend(strategy="thompson")``
+  draws: its deviations times ``THOMPSON_SCALE``), plain Thompson (``thompson_plain``: the posterior's own
+  deviations), popularity, random.
 - **Cold-start top-10**: precision@10 (ratings >= 4 among the user's held-out ratings) of the ranking
   a user with k = 0, 1, 3, 5 random pool answers gets, by the mean, by the mean - 1 std (LCB) and by a
   posterior draw (Thompson).
@@ -48,14 +50,14 @@ from mogp_surprise import MWGP  # noqa: E402
 from mogp_surprise.comparison.data import load_or_synthesize, synthetic  # noqa: E402
 from mogp_surprise.core.elicit import answer_probability, ask  # noqa: E402
 from mogp_surprise.core.foldin import fold_in  # noqa: E402
-from mogp_surprise.core.recommend import draw_generator  # noqa: E402
+from mogp_surprise.core.recommend import THOMPSON_SCALE, draw_generator  # noqa: E402
 from mogp_surprise.datasets import to_surprise_dataset  # noqa: E402
 from mogp_surprise.evaluation import interval_coverage  # noqa: E402
 
 STEPS = (1, 3, 5, 10, 20)
 STATIC = ("random", "popularity", "entropy", "logpop_entropy")
 MODEL = ("greedy", "latent_std", "ask", "ask_pop")
-REPLAY = ("greedy", "ucb", "thompson", "popularity", "random")
+REPLAY = ("greedy", "ucb", "thompson", "thompson_plain", "popularity", "random")
 MIN_RATINGS = 40
 HIT = 4.0
 
@@ -171,9 +173,10 @@ def replay(world: World, policy: str, rounds: int) -> dict:
         allowed[list(rated)] = True
         items, ratings, folded, user_hits = [], [], None, []
         for _ in range(rounds):
-            if policy == "thompson":
+            if policy.startswith("thompson"):  # the library's tempered default, or plain (scale 1)
                 post, row = world.posterior(folded)
-                draw = post.catalogue_draw(row, world.generator).double().numpy()
+                scale = 1.0 if policy == "thompson_plain" else THOMPSON_SCALE
+                draw = post.catalogue_draw(row, world.generator, scale).double().numpy()
                 item = int(np.flatnonzero(allowed)[np.argmax(draw[allowed])])
             else:
                 item = world.pick(policy, allowed, folded, items, ratings, catalogue=False)
@@ -181,7 +184,7 @@ def replay(world: World, policy: str, rounds: int) -> dict:
             items.append(item)
             ratings.append(rated[item])
             user_hits.append(rated[item] >= world.like)
-            if policy in ("greedy", "ucb", "thompson"):
+            if policy in ("greedy", "ucb") or policy.startswith("thompson"):
                 folded = world.fold(items, ratings)
         folded = world.fold(items, ratings)
         rest = np.flatnonzero(allowed)
@@ -225,6 +228,7 @@ def main(argv=None) -> dict:
     p.add_argument("--rounds", type=int, default=30, help="replay rounds T (default 30)")
     p.add_argument("--protocols", nargs="*", default=["catalogue", "pool", "replay", "cold"])
     p.add_argument("--policies", nargs="*", default=None, help="restrict the elicitation policies")
+    p.add_argument("--replay-policies", nargs="*", default=None, choices=REPLAY, help="restrict the replay policies")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", default=None, help="a saved model fitted on this seed's training users (else fit)")
     p.add_argument("--quick", action="store_true", help="tiny synthetic data (smoke test)")
@@ -286,7 +290,7 @@ def main(argv=None) -> dict:
         world_r = World(algo, {u: world.users[u] for u in keys[:a.replay_users]}, np.random.default_rng(a.seed + 2), HIT)
         world_r.generator, world_r.like = draw_generator(a.seed + 3, world.post.device), world.like
         rows = []
-        for policy in REPLAY:
+        for policy in a.replay_policies or REPLAY:
             t = time.perf_counter()
             res = replay(world_r, policy, a.rounds if not a.quick else 5)
             rows.append({"policy": policy, **res, "s_per_user": (time.perf_counter() - t) / len(world_r.users)})
