@@ -30,6 +30,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .rows import levels_present
+
 
 class ImplicitFeedback:
     """The graph of the training ratings (:meth:`set_graph`) and the implicit sums of the feeding tables."""
@@ -66,13 +68,14 @@ class ImplicitFeedback:
         self.accumulating, self.cached, self.gradients, self.steps, self.flushed = False, None, None, 0, []
 
     @torch.no_grad()
-    def refresh(self, feeders: list[tuple[int, Tensor]], levels: dict[int, Tensor] | None = None) -> None:
+    def refresh(self, feeders: list[tuple[int, Tensor]], upcoming: Tensor | None = None) -> None:
         """The sums of every level from the feeding tables as they are now (forward only; one product per
-        table into the buffers of the last refresh). ``levels[side]``: the levels of ``side`` that the steps
-        before the next update read (distinct, ascending); the sums of the others may be left out (they are
-        formed at a later refresh, before a step reads them)."""
+        table into the buffers of the last refresh). ``upcoming``: the index tuples that the steps before the
+        next update read; the sums of the levels not in them may be left out (they are formed at a later
+        refresh, before a step reads them)."""
         old = self.cached
-        levels = levels or {}
+        levels = {} if upcoming is None else {side: levels_present(upcoming[:, side], self.graph[2 * side].shape[0])
+                                              for side in {side for side, _ in feeders}}
         self.cached = [graph_product(self.graph[2 * side], self.graph[2 * side + 1], table.detach(),
                                      None if old is None else old[k], rows=levels.get(side))
                        for k, (side, table) in enumerate(feeders)]

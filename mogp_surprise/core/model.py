@@ -127,10 +127,10 @@ class MWGPModule(nn.Module):
     def _sides(self) -> list[tuple[int, nn.Parameter]]:
         return [(term.specs[spec.feeds].factor, table) for term, spec, table in self._feeders()]
 
-    def refresh_implicit(self, levels: dict[int, Tensor] | None = None) -> None:
-        """Row-sparse path: the implicit sums of every level (or at least of ``levels[side]``) from the feeding
-        tables as they are (:mod:`.implicit`)."""
-        self.implicit.refresh(self._sides(), levels)
+    def refresh_implicit(self, upcoming: Tensor | None = None) -> None:
+        """Row-sparse path: the implicit sums of every level (or at least of the levels in ``upcoming``, the index
+        tuples that the steps up to the next update read) from the feeding tables as they are (:mod:`.implicit`)."""
+        self.implicit.refresh(self._sides(), upcoming)
 
     def flush_implicit(self, reduce=None) -> bool:
         """Row-sparse path: the feeding tables' ``.grad`` from the steps since their last update (:mod:`.implicit`)."""

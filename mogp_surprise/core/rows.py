@@ -113,6 +113,16 @@ def distinct_rows(index: Tensor) -> tuple[Tensor, Tensor]:
     return torch.from_numpy(values[first]).to(index.dtype), torch.from_numpy(inverse).to(index.dtype)
 
 
+def levels_present(index: Tensor, n_levels: int) -> Tensor:
+    """The distinct values of the 1-d ``index`` (levels below ``n_levels``), sorted, by a mask over the levels:
+    one pass over ``index`` and one over the mask, for an index far longer than a minibatch's (the ratings of
+    a thirty-second of an epoch), where :func:`distinct_rows`' sort would cost more and its inverse is not
+    needed."""
+    mask = torch.zeros(n_levels, dtype=torch.bool, device=index.device)
+    mask[index] = True
+    return mask.nonzero().squeeze(1)
+
+
 class _Gather(torch.autograd.Function):
     """``table[rows][inverse]`` (``rows`` distinct) whose gradient is a coalesced sparse COO tensor holding
     only ``rows``."""

@@ -160,16 +160,6 @@ class _Run:
     validation: list[float]  # RMSE of the predictive mean on the validation ratings after each epoch
 
 
-def _levels_read(index: torch.Tensor, n_levels: tuple[int, ...]) -> dict[int, torch.Tensor]:
-    """The distinct levels of each factor in ``index`` (ascending)."""
-    out = {}
-    for side in (0, 1):
-        mask = torch.zeros(n_levels[side], dtype=torch.bool, device=index.device)
-        mask[index[:, side]] = True
-        out[side] = mask.nonzero().squeeze(1)
-    return out
-
-
 def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], config: MWGPConfig,
            gen: torch.Generator, batch: int, device: torch.device, parallel: DataParallel | None = None,
            saver: "_Saver | None" = None, validation: tuple[torch.Tensor, torch.Tensor] | None = None,
@@ -236,7 +226,7 @@ def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], co
         for k, start in enumerate(range(0, n, batch)):
             if accumulate and stale:  # the sums that the steps up to the next update read (it ends the epoch too)
                 end = min(n, start + (refresh_every - k % refresh_every) * batch)
-                module.refresh_implicit(_levels_read(idx_t[start:end], module.n_levels))
+                module.refresh_implicit(idx_t[start:end])
                 stale = False
             rows = slice(start, start + batch)
             size = min(start + batch, n) - start

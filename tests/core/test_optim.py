@@ -340,14 +340,15 @@ def test_a_refresh_of_only_the_levels_the_next_steps_read_trains_as_a_whole_refr
     """The default model on the row-sparse path refreshes the implicit sums of only the levels that the steps up
     to the next update read (numba's kernel leaves the others as they were): the fit is that of whole refreshes,
     over updates every 5 steps (the last one of an epoch shorter)."""
-    from mogp_surprise.core import trainer
+    from mogp_surprise.core.implicit import ImplicitFeedback
 
     index, y, levels = _rank_two_ratings(2, n=1500, levels=(300, 150))
     cfg = DEFAULT.replace(n_epochs=2, batch_size=10, random_state=0, early_stopping=False)
     monkeypatch.setattr(optim, "SPARSE_ROWS_PER_BATCH", 0.0)
     assert optim.implicit_update_interval(150) == 5
     partial = fit_mwgp(index, y, levels, cfg)
-    monkeypatch.setattr(trainer, "_levels_read", lambda index, n_levels: {})
+    refresh = ImplicitFeedback.refresh
+    monkeypatch.setattr(ImplicitFeedback, "refresh", lambda self, feeders, upcoming=None: refresh(self, feeders))
     whole = fit_mwgp(index, y, levels, cfg)
     assert partial.loss_history == whole.loss_history
     np.testing.assert_array_equal(partial.posterior.predict(index)[0], whole.posterior.predict(index)[0])
