@@ -52,7 +52,7 @@ def save_model(estimator: Any, path: str | os.PathLike, state: dict[str, Any]) -
         "hyper_params": _plain_hyper_params(estimator._hyper_params()),
         "posterior": estimator.posterior_.state_dict(),
         "training": {"loss_history": [float(x) for x in estimator.loss_history_],
-                     "fit_time": float(estimator.fit_time_)},
+                     "fit_time": float(estimator.fit_time_), "lr": float(getattr(estimator, "lr_", estimator.lr))},
         "state": state,
     }
     names = getattr(estimator, "item_names_", None)
@@ -122,6 +122,8 @@ def load_model(cls: type, path: str | os.PathLike, device: Any = None) -> tuple[
     estimator.posterior_ = post if device is None else post.to(device=torch.device(device))
     estimator.loss_history_ = list(payload["training"]["loss_history"])
     estimator.fit_time_ = float(payload["training"]["fit_time"])
+    # (files written before the step size was chosen trained with the lr they hold)
+    estimator.lr_ = float(payload["training"].get("lr", estimator.lr))
     if payload.get("item_names") is not None:
         estimator.item_names_ = dict(payload["item_names"])
     return estimator, payload["state"]

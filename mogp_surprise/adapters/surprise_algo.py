@@ -42,6 +42,9 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
         bilinear factors and biases at its end), per rating.
     fit_time_ : float
         Seconds spent in ``fit``.
+    lr_ : float
+        Peak learning rate of the final training run: ``lr``, or the smaller one early stopping chose
+        on small data (see ``MWGPConfig.step_sizes``).
 
     References
     ----------
@@ -103,6 +106,7 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
         self.posterior_ = result.posterior
         self.loss_history_ = result.loss_history
         self.fit_time_ = result.fit_time
+        self.lr_ = result.lr
         return self
 
     # -- persistence ---------------------------------------------------------------------------------

@@ -4,17 +4,19 @@ A checkpoint is a ``torch.save`` dict of tensors and plain values (it loads with
 ``torch.load(weights_only=True)``), written atomically (a temporary file renamed over the old one)
 by the process that writes (rank 0 in data-parallel training) every ``every`` epochs::
 
-    {"format": "mogp_surprise-checkpoint", "format_version": 1, "fingerprint": {...},
+    {"format": "mogp_surprise-checkpoint", "format_version": 2, "fingerprint": {...},
      "phase": "choose" | "final", "epoch": completed epochs of that phase, "stop_after": ...,
-     "validation": [...], "module": state_dict, "optimizer": Adam's (and SparseAdam's) state and the schedule,
+     "validation": [...], "lr": the final run's step size, "tried": [[step size, validation curve], ...],
+     "module": state_dict, "optimizer": Adam's (and SparseAdam's) state and the schedule,
      "generator": RNG state, "order": the current order of the training ratings,
      "history": [...], "epoch_times": [...]}
 
 ``phase`` is "choose" while early stopping trains on its internal split to choose the number of
-epochs, "final" during the training run on every rating. Resuming restores the parameters, Adam's
-moments, the learning-rate schedule, the random generator and the order of the ratings, so a
-resumed fit gives the same model as one that was never interrupted. The fingerprint (the
-hyper-parameters that shape training and a summary of the data) must match, or resuming is refused.
+epochs (and the step size: "tried" holds the step sizes finished before the running one), "final"
+during the training run on every rating. Resuming restores the parameters, Adam's moments, the
+learning-rate schedule, the random generator and the order of the ratings, so a resumed fit gives
+the same model as one that was never interrupted. The fingerprint (the hyper-parameters that shape
+training and a summary of the data) must match, or resuming is refused.
 """
 from __future__ import annotations
 

@@ -34,11 +34,22 @@ def test_surprise_save_load_pickle_dump_identical(surprise_model, tmp_path):
     loaded = MWGP.load(tmp_path / "m.pt")
     assert _surprise_outputs(loaded, testset) == ref
     assert loaded._hyper_params() == surprise_model._hyper_params()
+    assert loaded.lr_ == surprise_model.lr_ == surprise_model.lr  # (FAST: no step-size search)
     assert loaded.trainset.global_mean == surprise_model.trainset.global_mean
     assert loaded.predict("u1", "i1").details == surprise_model.predict("u1", "i1").details
     assert _surprise_outputs(pickle.loads(pickle.dumps(surprise_model)), testset) == ref
     dump.dump(str(tmp_path / "d"), algo=surprise_model)
     assert _surprise_outputs(dump.load(str(tmp_path / "d"))[1], testset) == ref
+
+
+def test_the_chosen_step_size_is_saved(surprise_model, tmp_path):
+    model = pickle.loads(pickle.dumps(surprise_model))
+    model.lr_ = 0.0047  # as early stopping may choose on small data
+    model.save(tmp_path / "m.pt")
+    assert MWGP.load(tmp_path / "m.pt").lr_ == 0.0047
+    del model.lr_  # a model pickled by a release before the choice: saved with the lr it trained with
+    model.save(tmp_path / "old.pt")
+    assert MWGP.load(tmp_path / "old.pt").lr_ == model.lr
 
 
 def test_sklearn_save_load_pickle_identical(sklearn_model, synthetic_df, tmp_path):

@@ -313,6 +313,42 @@ def test_early_stopping_auto_is_on_for_small_data_only() -> None:
     assert not MWGPConfig(early_stopping=False).uses_early_stopping(100)
 
 
+def test_the_step_size_is_chosen_too_only_where_the_automatic_batch_is_small() -> None:
+    from mogp_surprise.core.config import AUTO_BATCH, STEP_CHOICE_BATCH
+
+    config = MWGPConfig()
+    batch = config.resolved_batch_size(8_000)  # a 10 % sample of ML-100K: 445
+    assert batch <= STEP_CHOICE_BATCH
+    assert config.step_sizes(8_000) == pytest.approx((0.02, 0.02 * np.sqrt(batch / AUTO_BATCH)))
+    assert config.step_sizes(80_000) == (0.02,)  # ML-100K: batch 4,445
+    assert MWGPConfig(batch_size=256).step_sizes(8_000) == (0.02,)  # a batch the user chose: lr as given
+    assert MWGPConfig(lr=0.01).step_sizes(8_000)[1] == pytest.approx(0.01 * np.sqrt(batch / AUTO_BATCH))
+
+
+def test_early_stopping_chooses_the_step_size_with_the_best_validation_rmse() -> None:
+    import pandas as pd
+
+    from mogp_surprise.datasets import make_synthetic_ratings
+
+    df = make_synthetic_ratings(n_users=300, n_items=400, n_ratings=3000, random_state=0)
+    index = np.stack([pd.factorize(df.user)[0], pd.factorize(df.item)[0]], axis=1)
+    y, levels = df.rating.to_numpy(float), tuple(index.max(0) + 1)
+    config = MWGPConfig(random_state=0, n_epochs=8)
+    res = fit_mwgp(index, y, levels, config)
+    tried = res.step_sizes_tried
+    assert [lr for lr, _ in tried] == list(config.step_sizes(len(y))) and len(tried) == 2
+    assert all(len(curve) == config.n_epochs for _, curve in tried)  # each runs the whole schedule
+    assert tried[0][1] != tried[1][1]
+    best = min(tried, key=lambda t: min(t[1]))
+    assert res.lr == best[0] and res.validation_rmse == best[1]
+    assert res.n_epochs == int(np.argmin(best[1])) + 1 == len(res.loss_history)
+    # the first is the plain run at lr, on the same split: the curve of the same batch given explicitly (no choice)
+    plain = fit_mwgp(index, y, levels, config.replace(batch_size=config.resolved_batch_size(len(y))))
+    assert plain.step_sizes_tried == [tried[0]] and plain.lr == config.lr
+    off = fit_mwgp(index, y, levels, config.replace(early_stopping=False))
+    assert off.step_sizes_tried == [] and off.lr == config.lr
+
+
 def test_early_stopping_keeps_a_rating_on_each_side_of_the_split() -> None:
     res = fit_mwgp(np.array([[0, 0], [1, 1]]), np.array([3.0, 4.0]), (2, 2),
                    MWGPConfig(early_stopping=True, validation_fraction=0.9, n_inducing=2, n_epochs=3, random_state=0))
