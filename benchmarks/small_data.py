@@ -46,7 +46,7 @@ def main(argv=None) -> dict:
     }
     rmse: dict[str, list[float]] = {name: [] for name in algos}
     epochs: list[int] = []
-    step_sizes: list[float] = []
+    chosen: list[dict] = []
     n_train = []
     for seed in range(seeds):
         rng = np.random.default_rng(seed)
@@ -64,15 +64,15 @@ def main(argv=None) -> dict:
             rmse[name].append(accuracy.rmse(algo.test(testset), verbose=False))
             if name == "MW-GP (defaults)":
                 epochs.append(len(algo.loss_history_))
-                step_sizes.append(round(algo.lr_, 5))
+                chosen.append({k: round(v, 5) for k, v in algo.chosen_params_.items()})
     rows = [{"algorithm": name, "rmse_mean": float(np.mean(v)), "rmse_std": float(np.std(v)),
              "per_seed": " ".join(f"{x:.4f}" for x in v)} for name, v in rmse.items()]
     print(table(rows))
     wins = int(sum(m < b for m, b in zip(rmse["MW-GP (defaults)"], rmse["BaselineOnly"])))
-    print(f"MW-GP (defaults) beats BaselineOnly on {wins}/{seeds} samples; epochs chosen: {epochs}; step sizes chosen: {step_sizes}; "
+    print(f"MW-GP (defaults) beats BaselineOnly on {wins}/{seeds} samples; chosen: {chosen}; "
           f"train sizes: {n_train}")
     payload = {"dataset": data.source, "fraction": a.fraction, "seeds": seeds, "rows": rows,
-               "epochs_chosen": epochs, "step_sizes_chosen": step_sizes, "wins_vs_baseline": wins, "n_train": n_train}
+               "epochs_chosen": epochs, "chosen_params": chosen, "wins_vs_baseline": wins, "n_train": n_train}
     path = write_json("small_data", payload, a.out)
     print(f"wrote {path}")
     return payload

@@ -44,9 +44,9 @@ class MWGPRegressor(HyperParamsMixin, UserModelMixin, RegressorMixin, BaseEstima
         Only when ``X`` was a DataFrame with string column names.
     loss_history_ : list of float
     fit_time_ : float
-    lr_ : float
-        Peak learning rate of the final training run: ``lr``, or the smaller one early stopping chose
-        on small data (see ``MWGPConfig.step_sizes``).
+    chosen_params_ : dict
+        What the final training run used: ``n_epochs`` (chosen by early stopping when it is on), ``lr`` and
+        ``mf_reg`` (on small data chosen by early stopping's search, see ``MWGPConfig.search_space``).
     """
 
     def fit(self, X: Any, y: Any) -> "MWGPRegressor":
@@ -68,7 +68,7 @@ class MWGPRegressor(HyperParamsMixin, UserModelMixin, RegressorMixin, BaseEstima
         self.posterior_ = result.posterior
         self.loss_history_ = result.loss_history
         self.fit_time_ = result.fit_time
-        self.lr_ = result.lr
+        self.chosen_params_ = {"n_epochs": result.n_epochs, **result.chosen}
         return self
 
     def predict_dist(self, X: Any, include_noise: bool = True) -> tuple[np.ndarray, np.ndarray]:

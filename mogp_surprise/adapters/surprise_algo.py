@@ -42,9 +42,9 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
         bilinear factors and biases at its end), per rating.
     fit_time_ : float
         Seconds spent in ``fit``.
-    lr_ : float
-        Peak learning rate of the final training run: ``lr``, or the smaller one early stopping chose
-        on small data (see ``MWGPConfig.step_sizes``).
+    chosen_params_ : dict
+        What the final training run used: ``n_epochs`` (chosen by early stopping when it is on), ``lr`` and
+        ``mf_reg`` (on small data chosen by early stopping's search, see ``MWGPConfig.search_space``).
 
     References
     ----------
@@ -106,7 +106,7 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
         self.posterior_ = result.posterior
         self.loss_history_ = result.loss_history
         self.fit_time_ = result.fit_time
-        self.lr_ = result.lr
+        self.chosen_params_ = {"n_epochs": result.n_epochs, **result.chosen}
         return self
 
     # -- persistence ---------------------------------------------------------------------------------

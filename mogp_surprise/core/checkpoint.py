@@ -6,13 +6,13 @@ by the process that writes (rank 0 in data-parallel training) every ``every`` ep
 
     {"format": "mogp_surprise-checkpoint", "format_version": 2, "fingerprint": {...},
      "phase": "choose" | "final", "epoch": completed epochs of that phase, "stop_after": ...,
-     "validation": [...], "lr": the final run's step size, "tried": [[step size, validation curve], ...],
+     "validation": [...], "chosen": the final run's {"lr", "mf_reg"}, "tried": [[setting, validation curve], ...],
      "module": state_dict, "optimizer": Adam's (and SparseAdam's) state and the schedule,
      "generator": RNG state, "order": the current order of the training ratings,
      "history": [...], "epoch_times": [...]}
 
 ``phase`` is "choose" while early stopping trains on its internal split to choose the number of
-epochs (and the step size: "tried" holds the step sizes finished before the running one), "final"
+epochs (and settings: "tried" holds those finished before the running one), "final"
 during the training run on every rating. Resuming restores the parameters, Adam's moments, the
 learning-rate schedule, the random generator and the order of the ratings, so a resumed fit gives
 the same model as one that was never interrupted. The fingerprint (the hyper-parameters that shape

@@ -24,9 +24,11 @@ PAPER_MODEL = {"noise": "homoscedastic", "implicit": False, "mf_rank": 0, "embed
 AUTO_BATCH, MIN_AUTO_BATCH, MIN_STEPS = 8192, 256, 360
 #: early_stopping="auto" chooses the number of epochs on a validation split below this many ratings
 EARLY_STOPPING_BELOW = 200_000
-#: ... and also the step size lr * sqrt(batch / AUTO_BATCH) where the automatic batch is at most this (about 37,000
-#: ratings with 20 epochs; on ML-100K's 80,000 it gained 0.0003 RMSE for a third training run)
-STEP_CHOICE_BATCH = 2048
+#: ... and also, from SEARCH_MIN ratings (a validation split of at least 100) to where the automatic batch exceeds
+#: SEARCH_BATCH (about 37,000 ratings with 20 epochs), the step size lr * sqrt(batch / AUTO_BATCH) and a bilinear
+#: prior MF_REG_SEARCH times weaker (MWGPConfig.search_space; on ML-100K's 80,000 ratings the step size gained
+#: 0.0003 RMSE for a third training run)
+SEARCH_BATCH, MF_REG_SEARCH, SEARCH_MIN = 2048, 5.0, 1000
 
 
 def seeded_generator(random_state: Any, device: torch.device | str = "cpu") -> torch.Generator:
@@ -55,9 +57,10 @@ class MWGPConfig:
         ``1 - validation_fraction`` of the ratings over the whole schedule, recording the RMSE of the
         held-out ones after every epoch, then train on all ratings with the same learning-rate
         schedule, stopped after the best number of epochs. It prevents over-fitting on small data
-        at the cost of a second training run. Where ``batch_size="auto"`` is 2048 or less (below about
-        37,000 ratings) it also chooses the peak learning rate, between ``lr`` and ``lr * sqrt(batch /
-        8192)`` (one more run on the split; see :meth:`step_sizes`). "auto": on below 200,000 ratings (where 20 epochs can over-fit), off above.
+        at the cost of a second training run. Where ``batch_size="auto"`` is 2048 or less (from 1,000 to
+        about 37,000 ratings) it also chooses the peak learning rate, ``lr`` or ``lr * sqrt(batch / 8192)``,
+        and the bilinear prior, ``mf_reg`` or ``mf_reg / 5`` (four runs on the split; see
+        :meth:`search_space`). "auto": on below 200,000 ratings (where 20 epochs can over-fit), off above.
     validation_fraction : float in (0, 1), default=0.1
         Share of the ratings held out to choose the number of epochs (with early stopping).
     batch_size : int or "auto", default="auto"
@@ -65,8 +68,7 @@ class MWGPConfig:
         8192, reduced on small data so that training takes at least 360 optimisation steps:
         ``min(8192, max(256, ceil(N * n_epochs / 360)))``; see :meth:`resolved_batch_size`.
     lr : float, default=0.02
-        Peak Adam learning rate (with early stopping and a reduced automatic batch, the larger of the
-        two that are tried).
+        Peak Adam learning rate (with early stopping on small data, the larger of the two tried).
     lr_schedule : {"cosine", "constant"}, default="cosine"
         Learning-rate schedule over all steps (cosine decays to ``lr / 20``).
     embedding_reg : float, default=10.0
@@ -225,14 +227,20 @@ class MWGPConfig:
             batch = int(self.batch_size)
         return max(1, min(batch, n_ratings))
 
-    def step_sizes(self, n_ratings: int) -> tuple[float, ...]:
-        """The peak learning rates that early stopping chooses between for ``n_ratings`` ratings: ``lr``, and
-        where the automatic batch is at most a quarter of the MovieLens-tuned 8192 also ``lr * sqrt(batch /
-        8192)`` (Adam's square-root rule for the smaller batch's noisier steps)."""
+    def search_space(self, n_ratings: int) -> list[dict[str, float]]:
+        """The settings of ``lr`` and ``mf_reg`` that early stopping's search tries for ``n_ratings`` ratings
+        (the first: this config's own). Where the automatic batch is at most 2048 (from 1,000 to about 37,000
+        ratings): the peak learning rate ``lr`` and ``lr * sqrt(batch / 8192)`` (Adam's square-root rule for
+        the smaller batch's noisier steps), each with the bilinear factors' prior ``mf_reg`` and one 5 times
+        weaker (nearly noise-free data need a larger product p_u . q_i than MovieLens). Else only this
+        config's own."""
+        given = {"lr": float(self.lr), "mf_reg": float(self.mf_reg)}
         batch = self.resolved_batch_size(n_ratings)
-        if _is_auto(self.batch_size) and batch <= STEP_CHOICE_BATCH:
-            return (self.lr, self.lr * math.sqrt(batch / AUTO_BATCH))
-        return (self.lr,)
+        if not (_is_auto(self.batch_size) and batch <= SEARCH_BATCH and n_ratings >= SEARCH_MIN):
+            return [given]
+        rates = (given["lr"], given["lr"] * math.sqrt(batch / AUTO_BATCH))
+        priors = (given["mf_reg"], given["mf_reg"] / MF_REG_SEARCH) if self.mf_rank > 0 else (given["mf_reg"],)
+        return [{"lr": lr, "mf_reg": reg} for reg in priors for lr in rates]
 
     def uses_early_stopping(self, n_ratings: int) -> bool:
         """Whether the number of epochs is chosen on a validation split for ``n_ratings`` ratings."""

@@ -34,7 +34,8 @@ def test_surprise_save_load_pickle_dump_identical(surprise_model, tmp_path):
     loaded = MWGP.load(tmp_path / "m.pt")
     assert _surprise_outputs(loaded, testset) == ref
     assert loaded._hyper_params() == surprise_model._hyper_params()
-    assert loaded.lr_ == surprise_model.lr_ == surprise_model.lr  # (FAST: no step-size search)
+    assert loaded.chosen_params_ == surprise_model.chosen_params_ == {
+        "n_epochs": len(surprise_model.loss_history_), "lr": surprise_model.lr, "mf_reg": surprise_model.mf_reg}  # (FAST: no search)
     assert loaded.trainset.global_mean == surprise_model.trainset.global_mean
     assert loaded.predict("u1", "i1").details == surprise_model.predict("u1", "i1").details
     assert _surprise_outputs(pickle.loads(pickle.dumps(surprise_model)), testset) == ref
@@ -42,14 +43,15 @@ def test_surprise_save_load_pickle_dump_identical(surprise_model, tmp_path):
     assert _surprise_outputs(dump.load(str(tmp_path / "d"))[1], testset) == ref
 
 
-def test_the_chosen_step_size_is_saved(surprise_model, tmp_path):
+def test_what_early_stopping_chose_is_saved(surprise_model, tmp_path):
     model = pickle.loads(pickle.dumps(surprise_model))
-    model.lr_ = 0.0047  # as early stopping may choose on small data
+    model.chosen_params_ = {"n_epochs": 3, "lr": 0.0047, "mf_reg": 10.0}  # as early stopping may choose on small data
     model.save(tmp_path / "m.pt")
-    assert MWGP.load(tmp_path / "m.pt").lr_ == 0.0047
-    del model.lr_  # a model pickled by a release before the choice: saved with the lr it trained with
+    assert MWGP.load(tmp_path / "m.pt").chosen_params_ == {"n_epochs": 3, "lr": 0.0047, "mf_reg": 10.0}
+    del model.chosen_params_  # a model pickled by an earlier release: saved with what it was trained with
     model.save(tmp_path / "old.pt")
-    assert MWGP.load(tmp_path / "old.pt").lr_ == model.lr
+    assert MWGP.load(tmp_path / "old.pt").chosen_params_ == {"n_epochs": len(model.loss_history_), "lr": model.lr,
+                                                             "mf_reg": model.mf_reg}
 
 
 def test_sklearn_save_load_pickle_identical(sklearn_model, synthetic_df, tmp_path):

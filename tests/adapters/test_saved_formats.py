@@ -34,7 +34,7 @@ def test_format_1_surprise_files_predict_what_they_predicted(name) -> None:
     got = [algo.predict_dist(u, i) for u, i in expected["test_pairs"]]
     _close(got, expected[name], 2e-5)
     assert algo.mf_rank == (4 if name == "surprise_default" else 0) and algo.extra_terms == ()
-    assert algo.lr_ == algo.lr  # (written before early stopping chose a step size)
+    assert algo.chosen_params_ == {"n_epochs": len(algo.loss_history_), "lr": algo.lr, "mf_reg": algo.mf_reg}
 
 
 def test_a_format_1_pickle_and_a_folded_user_predict_what_they_predicted() -> None:

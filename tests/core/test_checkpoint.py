@@ -59,11 +59,11 @@ def same_posterior(a, b) -> bool:
     ({}, 2),  # stopped after epoch 2 of 4
     ({"early_stopping": True}, 1),  # stopped while choosing the number of epochs
     ({"early_stopping": True}, 5),  # stopped in the final run, after its first epoch
-    # an automatic batch (256 here): two step sizes tried on the split, 4 epochs each
-    ({"early_stopping": True, "batch_size": "auto"}, 6),  # stopped while trying the second step size
-    ({"early_stopping": True, "batch_size": "auto"}, 9),  # stopped in the final run
+    # an automatic batch (256 here): four settings searched on the split, 4 epochs each
+    ({"early_stopping": True, "batch_size": "auto"}, 10),  # stopped while trying the third setting
+    ({"early_stopping": True, "batch_size": "auto"}, 17),  # stopped in the final run
     ({"noise": "homoscedastic", "implicit": False, "mf_rank": 0}, 3),
-], ids=["default", "while-choosing-epochs", "final-run", "while-choosing-the-step-size", "final-run-after-it",
+], ids=["default", "while-choosing-epochs", "final-run", "while-searching-settings", "final-run-after-it",
         "paper-model"])
 def test_a_resumed_fit_equals_an_uninterrupted_one(tmp_path, monkeypatch, data, changes, saves):
     cfg = config(**changes)
@@ -78,7 +78,7 @@ def test_a_resumed_fit_equals_an_uninterrupted_one(tmp_path, monkeypatch, data, 
     assert same_posterior(whole, resumed)
     assert resumed.loss_history == whole.loss_history
     assert resumed.validation_rmse == whole.validation_rmse and resumed.n_epochs == whole.n_epochs
-    assert resumed.step_sizes_tried == whole.step_sizes_tried and resumed.lr == whole.lr
+    assert resumed.searched == whole.searched and resumed.chosen == whole.chosen
     assert len(resumed.loss_history) > 1 and (saves < 4 or whole.n_epochs > 1)  # interrupted mid-run
     # and the comparison can fail: a different seed is a different model
     assert not same_posterior(whole, fit_mwgp(*data, config(**changes, random_state=1)))
