@@ -45,7 +45,6 @@ def main(argv=None) -> dict:
         "MW-GP, early_stopping=False": lambda seed: MWGP(random_state=seed, early_stopping=False),
     }
     rmse: dict[str, list[float]] = {name: [] for name in algos}
-    epochs: list[int] = []
     chosen: list[dict] = []
     n_train = []
     for seed in range(seeds):
@@ -63,7 +62,6 @@ def main(argv=None) -> dict:
             algo.fit(trainset)
             rmse[name].append(accuracy.rmse(algo.test(testset), verbose=False))
             if name == "MW-GP (defaults)":
-                epochs.append(len(algo.loss_history_))
                 chosen.append({k: round(v, 5) for k, v in algo.chosen_params_.items()})
     rows = [{"algorithm": name, "rmse_mean": float(np.mean(v)), "rmse_std": float(np.std(v)),
              "per_seed": " ".join(f"{x:.4f}" for x in v)} for name, v in rmse.items()]
@@ -72,7 +70,8 @@ def main(argv=None) -> dict:
     print(f"MW-GP (defaults) beats BaselineOnly on {wins}/{seeds} samples; chosen: {chosen}; "
           f"train sizes: {n_train}")
     payload = {"dataset": data.source, "fraction": a.fraction, "seeds": seeds, "rows": rows,
-               "epochs_chosen": epochs, "chosen_params": chosen, "wins_vs_baseline": wins, "n_train": n_train}
+               "epochs_chosen": [c["n_epochs"] for c in chosen], "chosen_params": chosen,
+               "wins_vs_baseline": wins, "n_train": n_train}
     path = write_json("small_data", payload, a.out)
     print(f"wrote {path}")
     return payload

@@ -52,6 +52,20 @@ class HyperParamsMixin:
             restore(state)
         else:
             self.__dict__.update(state)
+        if "loss_history_" in state and "chosen_params_" not in state:  # fitted before early stopping chose lr, mf_reg
+            self.chosen_params_ = self._as_trained()
+
+    def _store_fit(self, result: Any) -> None:
+        """The fitted attributes from a :class:`~mogp_surprise.core.trainer.FitResult`."""
+        self.posterior_ = result.posterior
+        self.loss_history_ = result.loss_history
+        self.fit_time_ = result.fit_time
+        self.chosen_params_ = {"n_epochs": result.n_epochs, **result.chosen}
+
+    def _as_trained(self) -> dict[str, Any]:
+        """``chosen_params_`` of a model fitted by a release before early stopping chose ``lr`` and ``mf_reg``:
+        what it was trained with, its own values."""
+        return {"n_epochs": len(self.loss_history_), "lr": float(self.lr), "mf_reg": float(self.mf_reg)}
 
     def _config(self) -> MWGPConfig:
         """Validated hyper-parameters (raises ValueError/TypeError naming the parameter)."""

@@ -42,15 +42,6 @@ def _plain_hyper_params(params: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def chosen_params(estimator: Any) -> dict[str, Any]:
-    """The fitted estimator's ``chosen_params_``; for a model fitted by a release before early stopping chose
-    ``lr`` and ``mf_reg`` (pickled or saved then), what it was trained with: its own values."""
-    chosen = getattr(estimator, "chosen_params_", None)
-    if chosen is not None:
-        return dict(chosen)
-    return {"n_epochs": len(estimator.loss_history_), "lr": float(estimator.lr), "mf_reg": float(estimator.mf_reg)}
-
-
 def save_model(estimator: Any, path: str | os.PathLike, state: dict[str, Any]) -> None:
     """Write ``estimator`` (fitted) with its estimator-specific ``state`` to ``path``."""
     payload = {
@@ -61,7 +52,7 @@ def save_model(estimator: Any, path: str | os.PathLike, state: dict[str, Any]) -
         "hyper_params": _plain_hyper_params(estimator._hyper_params()),
         "posterior": estimator.posterior_.state_dict(),
         "training": {"loss_history": [float(x) for x in estimator.loss_history_],
-                     "fit_time": float(estimator.fit_time_), "chosen_params": chosen_params(estimator)},
+                     "fit_time": float(estimator.fit_time_), "chosen_params": dict(estimator.chosen_params_)},
         "state": state,
     }
     names = getattr(estimator, "item_names_", None)
@@ -131,7 +122,7 @@ def load_model(cls: type, path: str | os.PathLike, device: Any = None) -> tuple[
     estimator.posterior_ = post if device is None else post.to(device=torch.device(device))
     estimator.loss_history_ = list(payload["training"]["loss_history"])
     estimator.fit_time_ = float(payload["training"]["fit_time"])
-    estimator.chosen_params_ = dict(payload["training"].get("chosen_params") or chosen_params(estimator))
+    estimator.chosen_params_ = dict(payload["training"].get("chosen_params") or estimator._as_trained())
     if payload.get("item_names") is not None:
         estimator.item_names_ = dict(payload["item_names"])
     return estimator, payload["state"]

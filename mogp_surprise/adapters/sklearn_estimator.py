@@ -65,10 +65,7 @@ class MWGPRegressor(HyperParamsMixin, UserModelMixin, RegressorMixin, BaseEstima
         result = fit_mwgp(index, y, tuple(enc.n_levels for enc in self.encoders_), config)
         self._rated = _rated_items(index, y, self.encoders_[0].n_levels) if len(columns) == 2 else None
         self.rating_range_ = (float(y.min()), float(y.max()))
-        self.posterior_ = result.posterior
-        self.loss_history_ = result.loss_history
-        self.fit_time_ = result.fit_time
-        self.chosen_params_ = {"n_epochs": result.n_epochs, **result.chosen}
+        self._store_fit(result)
         return self
 
     def predict_dist(self, X: Any, include_noise: bool = True) -> tuple[np.ndarray, np.ndarray]:

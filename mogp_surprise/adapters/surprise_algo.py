@@ -103,10 +103,7 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
                           parallel=DataParallel.from_process_group() if distributed else None,
                           checkpointing=None if checkpoint is None else Checkpointing(checkpoint, checkpoint_every,
                                                                                       resume))
-        self.posterior_ = result.posterior
-        self.loss_history_ = result.loss_history
-        self.fit_time_ = result.fit_time
-        self.chosen_params_ = {"n_epochs": result.n_epochs, **result.chosen}
+        self._store_fit(result)
         return self
 
     # -- persistence ---------------------------------------------------------------------------------

@@ -49,6 +49,7 @@ def test_what_early_stopping_chose_is_saved(surprise_model, tmp_path):
     model.save(tmp_path / "m.pt")
     assert MWGP.load(tmp_path / "m.pt").chosen_params_ == {"n_epochs": 3, "lr": 0.0047, "mf_reg": 10.0}
     del model.chosen_params_  # a model pickled by an earlier release: saved with what it was trained with
+    model = pickle.loads(pickle.dumps(model))
     model.save(tmp_path / "old.pt")
     assert MWGP.load(tmp_path / "old.pt").chosen_params_ == {"n_epochs": len(model.loss_history_), "lr": model.lr,
                                                              "mf_reg": model.mf_reg}
