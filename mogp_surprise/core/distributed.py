@@ -167,9 +167,10 @@ class DataParallel:
         rating of the global minibatch; every other parameter is all-reduced whole.
         """
         row_sparse = getattr(module, "sparse_rows", False)  # the tables' gradients are row-sparse
-        dense = [p for p in module.parameters() if id(p) not in touched]
-        tables = [p for p in module.parameters() if id(p) in touched]
-        for p in dense if row_sparse else module.parameters():  # an empty shard leaves gradients unset
+        trained = [p for p in module.parameters() if p.requires_grad]  # (not the views of a packed table)
+        dense = [p for p in trained if id(p) not in touched]
+        tables = [p for p in trained if id(p) in touched]
+        for p in dense if row_sparse else trained:  # an empty shard leaves gradients unset
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
         blocks = [extra.reshape(1).to(module.dtype)] + [p.grad.reshape(-1) for p in dense]
@@ -229,6 +230,8 @@ def touched_rows(module, index: Tensor) -> dict[int, Tensor]:
     """
     rows = [distinct_rows(index[:, f])[0] for f in range(module.n_factors)]  # the model's one way to find them
     out = {id(table): rows[spec.factor] for _, spec, table in module.tables() if spec.feeds is None}
+    out.update({id(pack): rows[f] for f, (pack, _) in module.packed_tables().items()})
     if module.implicit.accumulating:  # row-sparse: the implicit-feedback tables get no gradient per step
         out.update({id(table): rows[0][:0] for _, spec, table in module.tables() if spec.feeds is not None})
+        out.update({id(pack): rows[0][:0] for _, pack, _ in module.packed_feeders()})
     return out

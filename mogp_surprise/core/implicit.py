@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from . import memory
 from .rows import levels_present
 
 
@@ -80,7 +81,7 @@ class ImplicitFeedback:
                                      None if old is None else old[k], rows=levels.get(side))
                        for k, (side, table) in enumerate(feeders)]
         if self.gradients is None:
-            self.gradients = [torch.zeros_like(c) for c in self.cached]
+            self.gradients = [memory.zeros(c.shape, c.dtype, c.device) for c in self.cached]
 
     def batch_sums(self, feeders: list[tuple[int, Tensor]], levels: dict[int, Tensor]) -> list[Tensor]:
         """For every ``(side, table)``, the sums of the levels ``levels[side]`` (distinct): their rows of the
@@ -204,7 +205,7 @@ def graph_product(matrix: Tensor, transposed: Tensor, dense: Tensor, out: Tensor
         return out.mul_(scale) if scale != 1.0 else out
     by_rows = dense.shape[0] <= shape[0]
     if out is None:
-        out = (torch.empty if rows is None or not by_rows else torch.zeros)(shape, dtype=dense.dtype)
+        out = (memory.empty if rows is None or not by_rows else memory.zeros)(shape, dense.dtype)
     source = matrix if by_rows else transposed
     arrays = (source.crow_indices().numpy(), source.col_indices().numpy(), source.values().numpy(),
               dense.contiguous().numpy(), out.numpy(), torch.get_num_threads(), scale)

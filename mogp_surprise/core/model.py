@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import memory
 from .gp import SparseGP, softplus_inverse
 from .implicit import ImplicitFeedback
 from .rows import Batch
@@ -54,6 +55,9 @@ class MWGPModule(nn.Module):
         # set by the trainer: reuse the B x m blocks across steps (kernels.Workspace); row-sparse gradients
         self.workspace = None
         self.sparse_rows = False
+        # row-sparse training: the packed tables and, for each, (feeding tables?, factor, its columns' tables)
+        self.packs = nn.ParameterList()
+        self.pack_layout: list[tuple[bool, int, list[tuple[str, str, int, int]]]] = []
 
     @classmethod
     def from_config(cls, config: Any, n_levels: tuple[int, ...]) -> "MWGPModule":
@@ -111,36 +115,103 @@ class MWGPModule(nn.Module):
     def _feeders(self) -> list[tuple[Term, Table, nn.Parameter]]:
         return [(term, spec, table) for term, spec, table in self.tables() if spec.feeds is not None]
 
+    def _sides(self) -> list[tuple[int, Tensor, list[tuple[str, str, int, int]]]]:
+        """The feeding tables as implicit feedback reads them: (the factor fed, the table, (term, fed table, first
+        column, width) of each table in its columns); a packed parameter stands for the tables it packs."""
+        packed = {(a, b) for _, _, layout in self.packed_feeders() for a, b, _, _ in layout}
+        out = [(side, pack, [(a, self.term(a).specs[b].feeds, start, width) for a, b, start, width in layout])
+               for side, pack, layout in self.packed_feeders()]
+        return out + [(term.specs[spec.feeds].factor, table, [(term.name, spec.feeds, 0, spec.width)])
+                      for term, spec, table in self._feeders() if (term.name, spec.name) not in packed]
+
     def _implicit_sums(self, batch: Batch | None = None) -> dict[tuple[str, str], Tensor]:
         """For every fed table (term name, table name), the implicit sums of its feeding tables: of every level
         (dense), or with a ``batch`` on the row-sparse path of that batch's levels only (:mod:`.implicit`)."""
-        feeders = self._feeders()
-        if not feeders:
+        sides = self._sides()
+        if not sides:
             return {}
-        sides = [(term.specs[spec.feeds].factor, table) for term, spec, table in feeders]
+        pairs = [(side, table) for side, table, _ in sides]
         if batch is None:
-            sums = self.implicit.sums(sides)
+            sums = self.implicit.sums(pairs)
         else:
-            sums = self.implicit.batch_sums(sides, {side: batch.levels(side)[0] for side in (0, 1)})
-        return {(term.name, spec.feeds): s for (term, spec, _), s in zip(feeders, sums)}
-
-    def _sides(self) -> list[tuple[int, nn.Parameter]]:
-        return [(term.specs[spec.feeds].factor, table) for term, spec, table in self._feeders()]
+            sums = self.implicit.batch_sums(pairs, {side: batch.levels(side)[0] for side in (0, 1)})
+        return {(a, b): total[:, start:start + width] if len(layout) > 1 else total
+                for (_, _, layout), total in zip(sides, sums) for a, b, start, width in layout}
 
     def refresh_implicit(self, upcoming: Tensor | None = None) -> None:
         """Row-sparse path: the implicit sums of every level (or at least of the levels in ``upcoming``, the index
         tuples that the steps up to the next update read) from the feeding tables as they are (:mod:`.implicit`)."""
-        self.implicit.refresh(self._sides(), upcoming)
+        self.implicit.refresh([(side, table) for side, table, _ in self._sides()], upcoming)
 
     def flush_implicit(self, reduce=None) -> bool:
         """Row-sparse path: the feeding tables' ``.grad`` from the steps since their last update (:mod:`.implicit`)."""
-        return self.implicit.flush(self._sides(), reduce)
+        return self.implicit.flush([(side, table) for side, table, _ in self._sides()], reduce)
 
     def effective_tables(self) -> dict[tuple[str, str], Tensor]:
         """Every table that :meth:`~.terms.Term.combine` reads, with its implicit sums added (full size)."""
         sums = self._implicit_sums()
         return {(term.name, spec.name): table + sums[(term.name, spec.name)] if (term.name, spec.name) in sums
                 else table for term, spec, table in self.tables() if spec.feeds is None}
+
+    # -- packed tables (row-sparse training) -------------------------------------------------------------
+    @torch.no_grad()
+    def pack_tables(self) -> None:
+        """Row-sparse training: put side by side, in one parameter with a row per level, every factor's tables that
+        train by lazy Adam with a Gaussian prior (no term rule, :meth:`~.terms.Term.row_update`; not variances),
+        and the feeding tables of each factor fed by implicit feedback. A step then reaches one row per level
+        of one table, of its Adam state, of the kept implicit sums and of their gradient, instead of one of each
+        per table, and an update of the implicit feedback passes over the graph once per side (measured at 1M
+        users x 100K items, docs/history.md). The tables become views of the packed parameter's columns (their
+        values stay current for everything that reads them), without a gradient of their own, until
+        :meth:`unpack_tables`. The packed tables and every other large table of the run sit in huge pages where
+        the system has them (:mod:`.memory`)."""
+        self.unpack_tables()
+        groups = [(False, f, [(term, spec, table) for term, spec, table in self.tables()
+                              if spec.factor == f and spec.feeds is None and spec.variance_of is None
+                              and type(term).row_update is Term.row_update]) for f in range(self.n_factors)]
+        groups += [(True, side, [(term, spec, table) for term, spec, table in self._feeders()
+                                 if term.specs[spec.feeds].factor == side]) for side in (0, 1)]
+        grouped = {id(t) for _, _, mine in groups for _, _, t in mine}
+        groups += [(False, spec.factor, [(term, spec, table)]) for term, spec, table in self.tables()
+                   if id(table) not in grouped and spec.variance_of is None]  # e.g. the noise offsets
+        for feeds, factor, mine in groups:
+            if len(mine) < 2:
+                for _, _, table in mine:  # a table alone: into huge pages only
+                    memory.rehome(table)
+                continue
+            parts = [t.detach().reshape(t.shape[0], -1) for _, _, t in mine]
+            pack = nn.Parameter(memory.empty((parts[0].shape[0], sum(t.shape[1] for t in parts)), parts[0].dtype,
+                                             parts[0].device))  # in huge pages (memory.py)
+            torch.cat(parts, dim=1, out=pack.data)
+            layout, start = [], 0
+            for term, spec, table in mine:
+                width = max(spec.width, 1)
+                table.data = pack.data[:, start:start + width] if spec.width else pack.data[:, start]
+                table.requires_grad_(False)
+                layout.append((term.name, spec.name, start, spec.width))
+                start += width
+            self.packs.append(pack)
+            self.pack_layout.append((feeds, factor, layout))
+
+    @torch.no_grad()
+    def unpack_tables(self) -> None:
+        """Give every packed table its own storage again (after row-sparse training)."""
+        for _, _, layout in self.pack_layout:
+            for term_name, spec_name, _, _ in layout:
+                table = self.term(term_name).table(spec_name)
+                table.data = table.data.clone()
+                table.requires_grad_(True)
+        self.packs, self.pack_layout = nn.ParameterList(), []
+
+    def packed_tables(self) -> dict[int, tuple[nn.Parameter, list[tuple[str, str, int, int]]]]:
+        """For each factor whose directly read tables are packed, its packed parameter and (term, table, first
+        column, width: 0 for a 1-d table) of its tables."""
+        return {f: (pack, layout) for pack, (feeds, f, layout) in zip(self.packs, self.pack_layout) if not feeds}
+
+    def packed_feeders(self) -> list[tuple[int, nn.Parameter, list[tuple[str, str, int, int]]]]:
+        """(the factor fed, the packed parameter, its tables as in :meth:`packed_tables`) of each factor whose
+        feeding tables are packed."""
+        return [(side, pack, layout) for pack, (feeds, side, layout) in zip(self.packs, self.pack_layout) if feeds]
 
     # -- a minibatch's parts -----------------------------------------------------------------------------
     def rating_parts(self, batch: Batch, tables: dict[tuple[str, str], Tensor] | None = None) -> RatingParts:
@@ -150,9 +221,22 @@ class MWGPModule(nn.Module):
         values: dict[tuple[str, str], Tensor] = {}
         if batch.sparse:  # every table of a factor read at once; with implicit feedback, the minibatch's sums only
             sums = self._implicit_sums(batch) if self.implicit.accumulating else {}
+            packed = self.packed_tables()
             for f in range(self.n_factors):
-                mine = [(term.name, spec.name, table) for term, spec, table in direct if spec.factor == f]
-                rows = batch.gather_many([t for _, _, t in mine], f, [sums.get((a, b)) for a, b, _ in mine])
+                pack, layout = packed.get(f, (None, []))
+                inside = {(a, b) for a, b, _, _ in layout}
+                mine = [(term.name, spec.name, table) for term, spec, table in direct
+                        if spec.factor == f and (term.name, spec.name) not in inside]
+                extra = [sums.get((a, b)) for a, b, _ in mine]
+                if pack is not None:  # the packed table first, its tables' sums in their columns
+                    mine.insert(0, (None, None, pack))
+                    extra.insert(0, _packed_sums(layout, sums, batch.levels(f)[0].shape[0], pack))
+                rows = batch.gather_many([t for _, _, t in mine], f, extra)
+                if pack is not None:
+                    joined = rows.pop(0)
+                    mine.pop(0)
+                    values.update({(a, b): joined[:, start:start + width] if width else joined[:, start]
+                                   for a, b, start, width in layout})
                 values.update({(a, b): r for (a, b, _), r in zip(mine, rows)})
         else:
             tables = self.effective_tables() if tables is None else tables
@@ -200,3 +284,12 @@ class MWGPModule(nn.Module):
             if value is not None:
                 out = value if out is None else out + value
         return out
+
+
+def _packed_sums(layout: list[tuple[str, str, int, int]], sums: dict[tuple[str, str], Tensor], n_rows: int,
+                 pack: Tensor) -> Tensor | None:
+    """The implicit sums of a packed table's columns (zeros for the tables without), or None if none has any."""
+    if not any((a, b) in sums for a, b, _, _ in layout):
+        return None
+    return torch.cat([sums[(a, b)].reshape(n_rows, max(width, 1)) if (a, b) in sums
+                      else pack.new_zeros((n_rows, max(width, 1))) for a, b, _, width in layout], dim=1)

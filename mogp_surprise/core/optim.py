@@ -14,9 +14,11 @@ rows; the dense parameters keep fused Adam. A step then costs nothing for the ro
 Their prior is kept exact by lazy decay: a row that was not touched for k steps has not moved, so the
 prior gradients it missed add up to exactly k * p / N * theta, which it receives with its next gradient
 (:class:`RowAdam` keeps, per row, the last step that moved it). A term whose penalty touches every row
-(the noise offsets' KL) adds it lazily the same way (:meth:`~.terms.Term.row_update`). The
-implicit-feedback tables are updated a fixed number of times per epoch with the gradient accumulated
-since (:mod:`.implicit`), by an Adam of their own (:meth:`TrainingOptimizer.step_implicit`). Where numba
+(the noise offsets' KL) adds it lazily the same way (:meth:`~.terms.Term.row_update`). A factor's tables
+with a Gaussian prior train as one packed table (:meth:`~.model.MWGPModule.pack_tables`: one row and one
+Adam state per level; the decay is then one precision per column). The implicit-feedback tables are
+updated a fixed number of times per epoch with the gradient accumulated since (:mod:`.implicit`), by an
+Adam of their own (:meth:`TrainingOptimizer.step_implicit`). Where numba
 is installed, the row updates run compiled on CPU (:mod:`.row_kernel`: the touched rows reached first,
 then one pass over each, instead of a gather, ~10 element-wise operations and a scatter); otherwise, and
 on a GPU, by torch operations. Both are tested against a written-out reference.
@@ -29,6 +31,7 @@ import math
 
 import torch
 
+from . import memory
 from .config import MWGPConfig
 
 logger = logging.getLogger(__name__)
@@ -120,10 +123,11 @@ class RowAdam(torch.optim.Optimizer):
     """Lazy Adam on row-sparse gradients, with lazy prior decay: only the rows in the gradient move.
 
     The update is ``torch.optim.SparseAdam``'s (its placement of epsilon). Each parameter may carry
-    a prior precision / N (``decay``): a row that last moved k steps ago gets k * decay * theta added
-    to its gradient. Written here because SparseAdam's dense-plus-sparse additions cost 8.7 ms per
-    step of 8192 ratings on this project's 2-core machine, against about 2 ms for the index
-    operations below (with the rows gathered once per step).
+    a prior precision / N (``decay``; a tuple, one per column, for a table that packs several): a row
+    that last moved k steps ago gets k * decay * theta added to its gradient. Written here because
+    SparseAdam's dense-plus-sparse additions cost 8.7 ms per step of 8192 ratings on this project's
+    2-core machine, against about 2 ms for the index operations below (with the rows gathered once
+    per step).
     """
 
     def __init__(self, params, lr: float, decay: list[float], betas: tuple[float, float] = (0.9, 0.999),
@@ -147,7 +151,7 @@ class RowAdam(torch.optim.Optimizer):
                     # per row [Adam's m (width w), Adam's v (w), the last step that moved the row]: one
                     # gather and one scatter per step instead of five of each (random access dominates
                     # with a large table)
-                    state["rows"] = p.new_zeros((p.shape[0], 2 * p[0].numel() + 1))
+                    state["rows"] = memory.zeros((p.shape[0], 2 * p[0].numel() + 1), p.dtype, p.device)
                 state["step"] += 1
                 t = int(state["step"])
                 # the gradient of one gather per step: distinct rows, coalesced but not flagged as such
@@ -169,8 +173,12 @@ class RowAdam(torch.optim.Optimizer):
                 packed = state["rows"].index_select(0, rows)
                 w = g.shape[1]
                 m, v, last = packed[:, :w], packed[:, w:2 * w], packed[:, 2 * w]
-                if group["decay"]:  # the prior's gradient of this step and of the steps the row missed
-                    g = g + group["decay"] * (t - last).unsqueeze(1) * values
+                decay = group["decay"]
+                if any(decay) if isinstance(decay, tuple) else decay:  # the prior's gradient of this step and
+                    # of the steps the row missed (a packed table: one precision per column)
+                    decay = torch.tensor(decay, dtype=values.dtype, device=values.device) \
+                        if isinstance(decay, tuple) else decay
+                    g = g + decay * (t - last).unsqueeze(1) * values
                 m.mul_(beta1).add_(g, alpha=1 - beta1)
                 v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
                 last.fill_(t)
@@ -192,37 +200,53 @@ class TrainingOptimizer:
     def __init__(self, module, config: MWGPConfig, n_data: int, total_steps: int, sparse: bool,
                  implicit_steps: int = 0) -> None:
         decay = {id(table): (spec.prior_precision or 0.0) / n_data for _, spec, table in module.tables()}
-        # row-sparse: every term table read by the minibatch's levels; the implicit-feedback tables have an
-        # optimizer of their own, stepped when their accumulated gradient is applied (core/implicit.py)
+        # row-sparse: every term table read by the minibatch's levels (a packed table for the tables packed,
+        # MWGPModule.pack_tables: one precision per column); the implicit-feedback tables have an optimizer of
+        # their own, stepped when their accumulated gradient is applied (core/implicit.py)
+        packs = list(module.packed_tables().values()) if sparse else []
+        for pack, layout in packs + [(pack, layout) for _, pack, layout in module.packed_feeders()]:
+            decay[id(pack)] = tuple(decay[id(module.term(a).table(b))] for a, b, _, w in layout
+                                    for _ in range(max(w, 1)))
         sparse_tables = [(term, spec, table) for term, spec, table in module.tables()
-                         if spec.feeds is None and spec.variance_of is None] if sparse else []
-        feeders = [table for _, spec, table in module.tables() if spec.feeds is not None] if sparse else []
-        self.sparse_params = [table for _, _, table in sparse_tables]
+                         if spec.feeds is None and spec.variance_of is None and table.requires_grad] if sparse else []
+        feeders = [pack for _, pack, _ in module.packed_feeders()] + [
+            table for _, spec, table in module.tables() if spec.feeds is not None and table.requires_grad] \
+            if sparse else []
+        self.sparse_params = [pack for pack, _ in packs] + [table for _, _, table in sparse_tables]
         own = {id(p) for p in self.sparse_params} | {id(p) for p in feeders}
         groups: dict[float, list] = {}
         for p in module.parameters():
-            if id(p) not in own:
+            if id(p) not in own and p.requires_grad:
                 groups.setdefault(decay.get(id(p), 0.0), []).append(p)
         param_groups = [{"params": ps, "weight_decay": d} for d, ps in groups.items()]
         self.optimizers = [_adam(param_groups, config.lr)]
-        self.rules = [term.row_update(spec, n_data, total_steps) for term, spec, _ in sparse_tables]
+        self.rules = [None] * len(packs) + [term.row_update(spec, n_data, total_steps)
+                                            for term, spec, _ in sparse_tables]
         if self.sparse_params:  # first: a term's lazy prior reads the dense parameters as the forward pass saw them
             self.optimizers.insert(0, RowAdam(self.sparse_params, config.lr, [decay[id(p)] for p in self.sparse_params],
                                               rules=self.rules))
         lam = schedule(config.lr_schedule, total_steps)
         self.schedulers = [torch.optim.lr_scheduler.LambdaLR(o, lam) for o in self.optimizers]
-        self.implicit = None
+        self.implicit, self.implicit_decay = None, []
         if feeders:
+            # their priors as Adam's coupled weight decay, which takes one precision per parameter; a packed
+            # table has one per column: added to its accumulated gradient in step_implicit
+            self.implicit_decay = [(p, torch.tensor(decay[id(p)], dtype=p.dtype, device=p.device))
+                                   for p in feeders if isinstance(decay[id(p)], tuple)]
             implicit_groups: dict[float, list] = {}
             for p in feeders:
-                implicit_groups.setdefault(decay[id(p)], []).append(p)
+                implicit_groups.setdefault(0.0 if isinstance(decay[id(p)], tuple) else decay[id(p)], []).append(p)
             self.implicit = _adam([{"params": ps, "weight_decay": d} for d, ps in implicit_groups.items()],
                                   config.lr)
             self.implicit_scheduler = torch.optim.lr_scheduler.LambdaLR(
                 self.implicit, schedule(config.lr_schedule, implicit_steps))
 
     def step_implicit(self) -> None:
-        """Apply the implicit-feedback tables' accumulated gradient (row-sparse path)."""
+        """Apply the implicit-feedback tables' accumulated gradient (row-sparse path), with their priors'."""
+        with torch.no_grad():
+            for p, d in self.implicit_decay:
+                if p.grad is not None:
+                    p.grad.addcmul_(p, d)  # in place: p * d would page in a table-sized temporary (35 vs 5 ms)
         self.implicit.step()
         self.implicit_scheduler.step()
         self.implicit.zero_grad(set_to_none=True)

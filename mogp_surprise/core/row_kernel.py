@@ -18,11 +18,13 @@ import numba
 import numpy as np
 
 
-def row_adam(param: np.ndarray, state: np.ndarray, rows: np.ndarray, grad: np.ndarray, t: int, decay: float,
-             beta1: float, beta2: float, eps: float, step_size: float, threads: int) -> None:
-    """:func:`_row_adam` on at most ``threads`` threads (the caller's torch thread count)."""
+def row_adam(param: np.ndarray, state: np.ndarray, rows: np.ndarray, grad: np.ndarray, t: int,
+             decay: float | np.ndarray, beta1: float, beta2: float, eps: float, step_size: float, threads: int) -> None:
+    """:func:`_row_adam` on at most ``threads`` threads (the caller's torch thread count); ``decay``: one value, or
+    one per column (a table that packs several, :meth:`~.model.MWGPModule.pack_tables`)."""
     numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
-    _row_adam(param, state, rows, grad, float(t), float(decay), beta1, beta2, eps, step_size)
+    decay = np.broadcast_to(np.asarray(decay, dtype=np.float64), (param.shape[1],))
+    _row_adam(param, state, rows, grad, float(t), np.ascontiguousarray(decay), beta1, beta2, eps, step_size)
 
 
 @numba.njit(cache=True, parallel=True)
@@ -30,9 +32,10 @@ def _row_adam(param, state, rows, grad, t, decay, beta1, beta2, eps, step_size):
     """Update ``param[rows]`` (2-d, in place) from the gradient rows ``grad`` with lazy Adam and lazy decay.
 
     ``state`` (n_rows, 2 w + 1) holds per row Adam's m (width w), v (w) and the last step that moved
-    the row; ``t`` is this step, ``decay`` the prior's precision / N, ``step_size`` lr * sqrt(1 - beta2^t)
-    / (1 - beta1^t) (``torch.optim.SparseAdam``'s placement of epsilon). A row last moved k steps ago
-    gets k * decay * theta added to its gradient: the prior's gradients of the steps it missed.
+    the row; ``t`` is this step, ``decay`` the prior's precision / N of every column, ``step_size``
+    lr * sqrt(1 - beta2^t) / (1 - beta1^t) (``torch.optim.SparseAdam``'s placement of epsilon). A row last
+    moved k steps ago gets k * decay * theta added to its gradient: the prior's gradients of the steps it
+    missed.
     """
     width = param.shape[1]
     # first reach every touched row of both arrays with independent loads (the first, middle and last
@@ -46,9 +49,9 @@ def _row_adam(param, state, rows, grad, t, decay, beta1, beta2, eps, step_size):
         reached += param[row, 0] + param[row, width - 1] + state[row, 0] + state[row, mid] + state[row, last]
     for j in numba.prange(rows.shape[0]):
         row = rows[j]
-        missed = decay * (t - state[row, 2 * width])
+        missed = t - state[row, 2 * width]
         for c in range(width):
-            g = grad[j, c] + missed * param[row, c]
+            g = grad[j, c] + decay[c] * missed * param[row, c]
             m = beta1 * state[row, c] + (1.0 - beta1) * g
             v = beta2 * state[row, width + c] + (1.0 - beta2) * g * g
             state[row, c] = m

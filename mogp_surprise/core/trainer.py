@@ -222,6 +222,8 @@ def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], co
     refresh_every = implicit_update_interval(steps_per_epoch)
     if accumulate:
         module.implicit.start_accumulating()
+    if module.sparse_rows:  # a factor's tables side by side: one row per level reached per step (model.py)
+        module.pack_tables()
     optimizer = TrainingOptimizer(module, config, n, total_steps, sparse=module.sparse_rows,
                                   implicit_steps=config.n_epochs * math.ceil(steps_per_epoch / refresh_every))
     phase = phase or {"phase": "choose"}
@@ -291,6 +293,7 @@ def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], co
             saver.save(phase, epoch + 1, module, optimizer, gen, order, run)
     module.workspace = None
     module.sparse_rows = False
+    module.unpack_tables()
     module.implicit.stop_accumulating()
     for term in module.terms:  # (a term's lazy penalty ends with the run)
         if getattr(term, "lazy", None) is not None:
@@ -327,6 +330,10 @@ class _Saver:
 def _restore(state: dict, module: MWGPModule, optimizer: TrainingOptimizer, gen: torch.Generator, run: _Run,
              device: torch.device) -> int:
     """Load a checkpoint into a freshly initialised run; return the number of epochs already done."""
+    if any(k not in state["module"] for k in module.state_dict()):  # before 2026-11-26: no packed tables
+        raise ValueError("the checkpoint was written by an earlier release of mogp_surprise, whose row-sparse "
+                         "training kept every table apart; it cannot continue this run. Remove it or pass "
+                         "another checkpoint path")
     module.load_state_dict({k: v.to(device) for k, v in state["module"].items()})
     optimizer.load_state_dict(state["optimizer"])
     gen.set_state(state["generator"])

@@ -43,6 +43,17 @@ def interrupt_after(monkeypatch, saves: int) -> None:
     monkeypatch.setattr(trainer._Saver, "save", save)
 
 
+def interrupted_and_resumed(monkeypatch, data, cfg, path, saves: int, every: int = 1):
+    """Fit ``data`` with ``cfg``, dying right after the ``saves``-th checkpoint (every ``every`` epochs) at
+    ``path``; then the fit resumed from it."""
+    with monkeypatch.context() as patch:
+        interrupt_after(patch, saves)
+        with pytest.raises(Stop):
+            fit_mwgp(*data, cfg, checkpointing=Checkpointing(path, every=every))
+    assert path.exists()
+    return fit_mwgp(*data, cfg, checkpointing=Checkpointing(path, every=every, resume=True))
+
+
 def same_posterior(a, b) -> bool:
     sa, sb = a.posterior.state_dict(), b.posterior.state_dict()
 
@@ -68,13 +79,7 @@ def same_posterior(a, b) -> bool:
 def test_a_resumed_fit_equals_an_uninterrupted_one(tmp_path, monkeypatch, data, changes, saves):
     cfg = config(**changes)
     whole = fit_mwgp(*data, cfg)
-    path = tmp_path / "fit.ckpt"
-    with monkeypatch.context() as patch:
-        interrupt_after(patch, saves)
-        with pytest.raises(Stop):
-            fit_mwgp(*data, cfg, checkpointing=Checkpointing(path))
-    assert path.exists()
-    resumed = fit_mwgp(*data, cfg, checkpointing=Checkpointing(path, resume=True))
+    resumed = interrupted_and_resumed(monkeypatch, data, cfg, tmp_path / "fit.ckpt", saves)
     assert same_posterior(whole, resumed)
     assert resumed.loss_history == whole.loss_history
     assert resumed.validation_rmse == whole.validation_rmse and resumed.n_epochs == whole.n_epochs
