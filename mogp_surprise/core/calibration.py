@@ -14,7 +14,8 @@ of Var(b) / E[sigma_n^2] is the rating's leverage on the known level's bias-like
 ``unit_mean_tables``: the Laplace variance of such a value is the inverse of its precision, which each
 rating adds lambda_n to), so e_n / (1 - h_n) approximates the residual the pattern would give had this
 rating been left out of training (leave-one-out). The scale only widens: the in-sample estimate is still
-optimistic.
+optimistic. A folded-in user starts from the same population, so their Laplace variances are widened by
+the unseen user's factor too (:meth:`~.posterior.MWGPPosterior.with_extra_users`).
 """
 from __future__ import annotations
 

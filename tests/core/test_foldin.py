@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import io
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -146,12 +147,14 @@ def test_fold_in_reaches_a_stationary_point_with_the_laplace_variances_of_traine
 
 
 def test_predictions_of_a_folded_user_use_the_posterior_formulas() -> None:
-    """An appended user predicts exactly as a trained user with the same rows and variances would (checked by
-    writing them into a copy's existing row)."""
+    """An appended user predicts exactly as a trained user with the same rows would, with the Laplace variances
+    widened by the calibration factor of an unseen user (checked by writing them into a copy's existing row)."""
     mod, post = _random_model(True, True, mf_rank=2)
     every_pair = torch.stack([torch.arange(6).repeat(9), torch.arange(9).repeat_interleave(6)], 1)
     post = MWGPPosterior.from_module(mod, RATING_MEAN, RATING_STD, JITTER,
                                      laplace=laplace_variances(mod, every_pair, JITTER))
+    widen = 1.37  # a calibration factor of unseen users (pattern 1); the others must not enter
+    post = MWGPPosterior(replace(post.state, cold_scale=torch.tensor([1.0, widen, 1.9, 2.3], dtype=torch.float64)))
     user = fold_in(post, ITEMS[:3], [1.0, 4.0, 5.0])
     extended = post.with_extra_users([user])
     assert extended.n_levels == (LEVELS[0] + 1, LEVELS[1])
@@ -160,7 +163,7 @@ def test_predictions_of_a_folded_user_use_the_posterior_formulas() -> None:
         table = fitted(same, *key.split("."))
         table.values[0] = torch.as_tensor(row)
         if key in user.variances:
-            table.laplace_var[0] = torch.as_tensor(user.variances[key])
+            table.laplace_var[0] = torch.as_tensor(user.variances[key]) * widen
     items = np.arange(LEVELS[1])
     for include_noise in (True, False):
         got = extended.predict(np.stack([np.full(9, LEVELS[0]), items], 1), include_noise)
