@@ -190,7 +190,8 @@ class MWGPPosterior:
         :meth:`predict` and :func:`~.recommend.top_n` work unchanged. A user folded in from 0 ratings is
         predicted exactly as index -1. The users' Laplace variances enter their predictive variance only when
         this posterior keeps those of the trained users (``embedding_uncertainty=True``), so that all users
-        are treated alike.
+        are treated alike, multiplied by the calibration factor of an unseen user (``cold_scale[1]``):
+        fold-in starts from the population prior that the cold start's factor widens.
         """
         return self._with_user_rows(users, None)
 
