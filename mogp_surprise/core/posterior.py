@@ -190,8 +190,8 @@ class MWGPPosterior:
         :meth:`predict` and :func:`~.recommend.top_n` work unchanged. A user folded in from 0 ratings is
         predicted exactly as index -1. The users' Laplace variances enter their predictive variance only when
         this posterior keeps those of the trained users (``embedding_uncertainty=True``), so that all users
-        are treated alike, multiplied by the calibration factor of an unseen user (``cold_scale[1]``):
-        fold-in starts from the population prior that the cold start's factor widens.
+        are treated alike; they are multiplied by the calibration factor of an unseen user (``cold_scale[1]``),
+        since fold-in starts from the population prior that the cold start's factor widens.
         """
         return self._with_user_rows(users, None)
 
@@ -218,7 +218,7 @@ class MWGPPosterior:
         # fold-in starts from the population prior whose latent variance that factor widens, so the user's intervals
         # do not narrow at the first answer by more than the answer teaches (ML-100K, 5 seeds: 90 % coverage after 1
         # to 5 answers 0.86-0.87 -> 0.87-0.88); the factor's weight fades as the answers shrink these variances
-        widen = float(self.cold_scale[1])
+        widen = float(self.cold_scale[1])  # pattern 1: factor 0 (the user) unseen (predictive.predictive_moments)
         terms = []
         for fitted in self.state.terms:
             tables = dict(fitted.tables)
