@@ -55,6 +55,7 @@ class UserData:
     implicit: dict[str, Tensor]  # block key -> the user's implicit sum over the rated items (zeros without)
     item_kernel: Tensor | None = None  # (n, m): the items' factor of every kernel row, times the output scale
     prior_center: Tensor | None = None  # (d,): the mean of the Gaussian priors on the raw rows
+    extra_variance: Tensor | None = None  # (n,): J Sigma J^T of every rating, held fixed (foldin's expected residuals)
 
 
 class FoldInContext:
@@ -87,6 +88,8 @@ class FoldInContext:
                 self.blocks.append(Block(position, spec, start, width, fitted.name))
                 start += width
         self.dim = start
+        # a user row sets the noise of the user's ratings (fold-in's expected residuals)
+        self.user_noise = any(state.terms[b.term].term.user_noise for b in self.blocks)
         # Gaussian priors of the user's rows, as one vector over the layout (precision 0: flat, or a term's own)
         self.prior_precision = torch.zeros(self.dim, dtype=torch.float64, device=self.device)
         self.custom_prior = []
@@ -192,6 +195,8 @@ class FoldInContext:
         """The user's terms of the training ELBO at the raw rows ``theta`` (d,) (:mod:`.foldin`'s L)."""
         parts = self.parts(data, theta)
         f_mean, f_var = self.f_moments(data, parts)
+        if data.extra_variance is not None:  # (in the ratings' units, like a mean function's variance)
+            parts.mean_var = data.extra_variance if parts.mean_var is None else parts.mean_var + data.extra_variance
         return expected_log_lik_of_moments(parts, data.y, f_mean, f_var) + self.log_prior(data, theta)
 
     # -- the start and the Laplace posterior -------------------------------------------------------------------
@@ -243,12 +248,13 @@ class FoldInContext:
             self._catalogue = self.user_data(np.arange(self.n_items), np.zeros(self.n_items))
         return replace(self._catalogue, implicit=data.implicit, prior_center=data.prior_center)
 
-    def laplace(self, data: UserData, theta: Tensor) -> tuple[dict[str, Tensor], Tensor]:
+    def laplace(self, data: UserData, theta: Tensor, with_jacobian: bool = False):
         """The Gauss-Newton posterior of the user's Laplace entries at ``theta``: the diagonal variances per
         block (as trained users get them) and the full covariance (d_L, d_L) of those entries, in layout order.
 
         Precision: the prior's (:meth:`~.terms.Term.user_prior_precision`) plus sum_j lambda_j J_j J_j^T with
-        J_j = d E[y_j] / d theta; an entry under a flat prior gets variance 0 (no correction).
+        J_j = d E[y_j] / d theta; an entry under a flat prior gets variance 0 (no correction). ``with_jacobian``:
+        also J (n, d_L) (None without ratings or Laplace entries).
         """
         blocks = self.laplace_blocks
         width = sum(b.width for b in blocks)
@@ -264,6 +270,7 @@ class FoldInContext:
                 prior[offset:offset + block.width] = precision.reshape(-1).to(prior)
             offset += block.width
         gram = torch.zeros(width, width, dtype=torch.float64, device=self.device)
+        jac = None
         if data.n and width:
             jac, lam = self.mean_jacobian(data, theta)
             gram = (jac * lam.unsqueeze(-1)).T @ jac
@@ -277,7 +284,17 @@ class FoldInContext:
             part = diagonal[offset:offset + block.width]
             out[block.key] = part if block.spec.width else part[0]
             offset += block.width
+        if with_jacobian:
+            return out, covariance, jac
         return out, covariance
+
+    def residual_variance(self, data: UserData, theta: Tensor) -> Tensor:
+        """Var[E[y_j]] = J_j Sigma J_j^T of every rating under the user's Laplace posterior at ``theta`` (n,): what
+        the squared residual (y_j - m_j)^2 at the posterior mean misses of its expectation (:mod:`.foldin`)."""
+        _, covariance, jac = self.laplace(data, theta, with_jacobian=True)
+        if jac is None:
+            return torch.zeros(data.n, dtype=torch.float64, device=self.device)
+        return ((jac @ covariance) * jac).sum(-1)
 
 
 def context_for(posterior: MWGPPosterior, prior: str = "population") -> FoldInContext:

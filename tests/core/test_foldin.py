@@ -92,7 +92,7 @@ def test_objective_gradient_and_differences_match_the_training_elbo(heteroscedas
     for trial in range(2):
         rows = {key: (torch.randn(t.shape[1:], generator=gen, dtype=torch.float64) * 0.8).requires_grad_(True)
                 for key, t in tables.items()}
-        obj = fold_in_objective(post, ITEMS, ratings, rows, prior="model")
+        obj = fold_in_objective(post, ITEMS, ratings, rows, prior="model", expected_residuals=False)
         ours = torch.autograd.grad(obj, list(rows.values()))
         _set_user(mod, {k: v.detach() for k, v in rows.items()})
         value = _user_elbo(mod, y)
@@ -108,11 +108,13 @@ def test_objective_gradient_and_differences_match_the_training_elbo(heteroscedas
 @pytest.mark.parametrize("heteroscedastic,implicit,use_biases,mf_rank", VARIANTS)
 def test_fold_in_reaches_a_stationary_point_with_the_laplace_variances_of_trained_users(
         heteroscedastic, implicit, use_biases, mf_rank) -> None:
-    """fold_in maximises the objective (the ELBO's gradient w.r.t. the user's rows vanishes at its result), and
-    its variances equal laplace_variances of a module holding the result as the user's parameters."""
+    """fold_in maximises the objective (with the plug-in residuals, the ELBO's gradient w.r.t. the user's rows
+    vanishes at its result), and its variances equal laplace_variances of a module holding the result as the
+    user's parameters."""
     mod, post = _random_model(heteroscedastic, implicit, use_biases, mf_rank)
     y = torch.randn(len(ITEMS), generator=torch.Generator().manual_seed(2), dtype=torch.float64)
-    user = fold_in(post, ITEMS, (RATING_MEAN + RATING_STD * y).numpy(), tol=1e-10, prior="model")
+    user = fold_in(post, ITEMS, (RATING_MEAN + RATING_STD * y).numpy(), tol=1e-10, prior="model",
+                   expected_residuals=False)
     assert isinstance(user, FoldedUser) and user.n_ratings == len(ITEMS) and not user.cold
     _set_user(mod, user.raw)
     for key, term in ((INPUT, "gp_input"), (FACTOR, "bilinear")):
@@ -124,7 +126,7 @@ def test_fold_in_reaches_a_stationary_point_with_the_laplace_variances_of_traine
     grads = torch.autograd.grad(_user_elbo(mod, y), list(_user_tables(mod).values()))
     assert max(float(g[USER].abs().max()) for g in grads) < 1e-6
     start = fold_in_objective(post, ITEMS, (RATING_MEAN + RATING_STD * y).numpy(), {INPUT: torch.zeros(R)},
-                              prior="model")
+                              prior="model", expected_residuals=False)
     assert user.objective >= float(start)  # better than the start
     index = torch.stack([torch.full((len(ITEMS),), USER), torch.as_tensor(ITEMS)], 1)
     variances = laplace_variances(mod, index, JITTER)
@@ -175,6 +177,65 @@ def test_predictions_of_a_folded_user_use_the_posterior_formulas() -> None:
     # the unseen levels' kernel expectations are shared with the posterior it extends: the same as computed anew
     for (a1, a2), (b1, b2) in zip(extended.psi, MWGPPosterior(extended.state).psi):
         assert torch.equal(a1, b1) and torch.equal(a2, b2)
+
+
+def _lambda(post, offset_row: np.ndarray, items) -> np.ndarray:
+    """E_q[1 / sigma_j^2] of a user with q(s_u) = N(offset_row[0], exp(offset_row[1])) for ``items``."""
+    item = fitted(post, "noise_offset", "offset_1").values[items].double().numpy()
+    log_noise = np.log(float(post.state.noise_variance)) + offset_row[0] + item[:, 0]
+    return np.exp(0.5 * (np.exp(offset_row[1]) + np.exp(item[:, 1])) - log_noise)
+
+
+def test_expected_residuals_add_the_variance_of_each_ratings_mean_under_the_start_posterior() -> None:
+    """The expected residuals' variances J_j Sigma J_j^T equal those from an independent reference: J by central
+    differences of the appended user's predictive mean (the posterior's predict, not fold-in's autograd), Sigma the
+    Gauss-Newton covariance (population prior precisions + J^T diag(lambda) J) at the start; fold-in with them
+    reaches a stationary point of fold_in_objective, which differs from the plug-in objective by exactly
+    -1/2 sum_j lambda_j J_j Sigma J_j^T; the user's noise comes out larger than with the plug-in residuals."""
+    mod, post = _random_model(True, True, True, 2)
+    y = torch.randn(len(ITEMS), generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    ratings = (RATING_MEAN + RATING_STD * y).numpy()
+    ctx = FoldInContext(post)
+    data = ctx.user_data(ITEMS, y.numpy())
+    start = ctx.start(data, None)
+    got = ctx.residual_variance(data, start).numpy()
+    # the reference: a FoldedUser at the start's rows, perturbed one Laplace entry at a time
+    rows = {b.key: (b.of(start) + data.implicit[b.key]).numpy().reshape(-1) for b in ctx.blocks}
+    layout = [(b.key, b.width) for b in ctx.laplace_blocks]
+    assert [k for k, _ in layout] == [INPUT, BIAS, FACTOR]
+
+    def mean(rows):
+        user = FoldedUser(rows={k: (v if v.size > 1 else v.reshape(())) for k, v in rows.items()},
+                          raw=rows, variances={k: np.zeros(w) if w > 1 else np.zeros(()) for k, w in layout},
+                          n_ratings=len(ITEMS), objective=0.0, n_iter=0)
+        return post.with_extra_users([user]).predict(np.stack([np.full(len(ITEMS), LEVELS[0]), ITEMS], 1))[0]
+
+    h, columns, precision = 1e-5, [], []
+    for key, width in layout:
+        term, table = key.split(".")
+        precision.append(1.0 / population(post, term, table)[1].double().numpy().reshape(-1))
+        for e in range(width):
+            up, down = {k: v.copy() for k, v in rows.items()}, {k: v.copy() for k, v in rows.items()}
+            up[key][e] += h
+            down[key][e] -= h
+            columns.append((mean(up) - mean(down)) / (2 * h) / RATING_STD)
+    jac = np.stack(columns, 1)
+    lam = _lambda(post, rows[OFFSET], ITEMS)
+    sigma = np.linalg.inv(np.diag(np.concatenate(precision)) + (jac * lam[:, None]).T @ jac)
+    want = ((jac @ sigma) * jac).sum(1)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert want.min() > 1e-3  # (a real correction: each rating's mean is uncertain)
+    # fold-in maximises the objective with them, and the objectives differ by exactly their term
+    user = fold_in(post, ITEMS, ratings, tol=1e-10)
+    raw = {k: torch.as_tensor(v, dtype=torch.float64).requires_grad_(True) for k, v in user.raw.items()}
+    value = fold_in_objective(post, ITEMS, ratings, raw)
+    grads = torch.autograd.grad(value, list(raw.values()))
+    assert max(float(g.abs().max()) for g in grads) < 1e-6
+    plug_in = fold_in_objective(post, ITEMS, ratings, raw, expected_residuals=False)
+    lam = _lambda(post, user.raw[OFFSET], ITEMS)
+    assert float((value - plug_in).detach()) == pytest.approx(-0.5 * float((lam * want).sum()), rel=1e-6)
+    plain = fold_in(post, ITEMS, ratings, tol=1e-10, expected_residuals=False)
+    assert user.raw[OFFSET][0] > plain.raw[OFFSET][0]
 
 
 # -- a small fitted model on synthetic low-rank data ------------------------------------------------------
@@ -246,7 +307,8 @@ def test_refolding_trained_users_recovers_their_predictions(synthetic) -> None:
             implicit = _implicit(post, term, items) if term in ("gp_input", "bilinear") else 0.0
             np.testing.assert_allclose(block.of(trained).numpy(),
                                        fitted(post, term, table).values[u].double().numpy() - implicit, rtol=1e-12)
-        start = ctx.objective(data, trained)
+        # (the objective fold_in maximises: the expected residuals' variances taken at its start)
+        start = ctx.objective(replace(data, extra_variance=ctx.residual_variance(data, trained)), trained)
         warm = fold_in(post, items, ratings, init_user=u)
         assert warm.objective >= float(start) - 1e-9
         np.testing.assert_allclose(fold_in(post, items, ratings, init_user=u, max_iter=1).rows[INPUT],

@@ -266,6 +266,9 @@ class Term(nn.Module):
     #: on the effective row (implicit sum included); "model", the table's N(0, 1 / prior_precision) on the raw
     #: row. False: the term gives the log prior itself (:meth:`user_log_prior`).
     gaussian_user_prior: ClassVar[bool] = True
+    #: the user rows of this term set the noise of the user's ratings: fold-in fits them to the expected squared
+    #: residuals under the user's Laplace posterior (:mod:`..foldin`, ``expected_residuals``)
+    user_noise: ClassVar[bool] = False
 
     def user_prior_precision(self, spec: Table, prior: str, fitted: Any) -> Tensor | None:
         """The precision of a folded user's Gaussian prior, per entry of the row (None where it is flat: then

@@ -45,6 +45,7 @@ class NoiseOffset(Term):
     order = 30
     builtin = True
     gaussian_user_prior = False  # q(s_u) with a KL to its prior, below
+    user_noise = True  # fold-in fits q(s_u) to the expected squared residuals
 
     @classmethod
     def from_config(cls, config: Any, n_levels: tuple[int, ...]) -> "NoiseOffset | None":
