@@ -81,7 +81,6 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import replace
 from typing import Sequence
 
 import numpy as np
@@ -207,8 +206,8 @@ def fold_in_objective(posterior: MWGPPosterior, items: np.ndarray, ratings: np.n
     if unknown:
         raise ValueError(f"`rows` names {unknown}, which this model does not have (its user rows: "
                          f"{[b.key for b in ctx.blocks]})")
-    if expected_residuals and ctx.user_noise and data.n:
-        data = replace(data, extra_variance=ctx.residual_variance(data, theta))
+    if expected_residuals:
+        data = ctx.with_expected_residuals(data, theta)
     parts = []
     for block in ctx.blocks:
         value = given.get(block.key, theta[block.start:block.start + block.width])
@@ -295,8 +294,8 @@ def _fold_state(ctx: FoldInContext, data: UserData, init: int | None, max_iter: 
     theta = ctx.start(data, init if data.n else None)
     n_iter = 0
     if data.n:  # (0 ratings: nothing to fit, the prior's values, predicted as the cold-start user)
-        if expected_residuals and ctx.user_noise:  # the variances of the ratings' means, at the start
-            data = replace(data, extra_variance=ctx.residual_variance(data, theta))
+        if expected_residuals:  # the variances of the ratings' means, at the start
+            data = ctx.with_expected_residuals(data, theta)
         start = theta
         whiten = _whitening(ctx, data, start)
         param = torch.zeros_like(start) if whiten is not None else start.clone()

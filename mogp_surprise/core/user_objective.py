@@ -288,6 +288,13 @@ class FoldInContext:
             return out, covariance, jac
         return out, covariance
 
+    def with_expected_residuals(self, data: UserData, theta: Tensor) -> UserData:
+        """``data`` with the expected residuals' variances at ``theta`` (:meth:`residual_variance`), where a user
+        row sets the noise and there are ratings; otherwise ``data`` itself (:mod:`.foldin`)."""
+        if not (self.user_noise and data.n):
+            return data
+        return replace(data, extra_variance=self.residual_variance(data, theta))
+
     def residual_variance(self, data: UserData, theta: Tensor) -> Tensor:
         """Var[E[y_j]] = J_j Sigma J_j^T of every rating under the user's Laplace posterior at ``theta`` (n,): what
         the squared residual (y_j - m_j)^2 at the posterior mean misses of its expectation (:mod:`.foldin`)."""

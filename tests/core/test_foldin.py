@@ -308,7 +308,7 @@ def test_refolding_trained_users_recovers_their_predictions(synthetic) -> None:
             np.testing.assert_allclose(block.of(trained).numpy(),
                                        fitted(post, term, table).values[u].double().numpy() - implicit, rtol=1e-12)
         # (the objective fold_in maximises: the expected residuals' variances taken at its start)
-        start = ctx.objective(replace(data, extra_variance=ctx.residual_variance(data, trained)), trained)
+        start = ctx.objective(ctx.with_expected_residuals(data, trained), trained)
         warm = fold_in(post, items, ratings, init_user=u)
         assert warm.objective >= float(start) - 1e-9
         np.testing.assert_allclose(fold_in(post, items, ratings, init_user=u, max_iter=1).rows[INPUT],
