@@ -102,7 +102,9 @@ def _sample_pairs(rng: np.random.Generator, n_users: int, n_items: int, n_rating
         log_weights = -skew * np.add.outer(np.log1p(rng.permutation(n_users).astype(float)),
                                            np.log1p(rng.permutation(n_items).astype(float)))
         keys = log_weights.ravel() + rng.gumbel(size=total)
-        linear = np.argpartition(-keys, n_ratings - 1)[:n_ratings]
+        # sorted before shuffling: argpartition's order of the chosen pairs depends on the CPU's sort
+        # kernels (AVX-512 or not), and the data must not
+        linear = np.sort(np.argpartition(-keys, n_ratings - 1)[:n_ratings])
         linear = linear[rng.permutation(n_ratings)]
         return np.divmod(linear, n_items)
     # Sparse: draw pairs with replacement, keep the distinct ones, repeat for the shortfall.

@@ -51,10 +51,11 @@ def test_a_format_1_pickle_and_a_folded_user_predict_what_they_predicted() -> No
 
 def test_format_1_scikit_learn_files_with_a_context_column_predict_what_they_predicted(tmp_path) -> None:
     expected = np.asarray(v1_expected()["sklearn_context"])
-    from mogp_surprise.datasets import make_synthetic_ratings
-
-    df = make_synthetic_ratings(n_users=60, n_items=40, n_ratings=1500, random_state=0)
-    X = df.assign(period=np.arange(len(df)) % 3)[["user", "item", "period"]].iloc[1400:]
+    # the rows write_fixtures.py predicted: rows 1400-1499 of its data, whose (user, item) pairs are the first
+    # 100 test pairs, with the period column (row number % 3)
+    pairs = v1_expected()["test_pairs"][:100]
+    X = pd.DataFrame({"user": [u for u, _ in pairs], "item": [i for _, i in pairs],
+                      "period": np.arange(1400, 1500) % 3})
     for est in (MWGPRegressor.load(FORMAT_V1 / "sklearn_context.pt"),
                 pickle.load(open(FORMAT_V1 / "sklearn_context.pkl", "rb"))):
         _close(np.stack(est.predict_dist(X), 1), expected, 2e-5)

@@ -123,3 +123,18 @@ def test_million_ratings_fast():
     elapsed = time.perf_counter() - start
     assert len(df) == 1_000_000
     assert elapsed < 8.0, f"10^6 ratings took {elapsed:.1f} s"
+
+
+def test_dense_data_do_not_depend_on_the_order_argpartition_returns(monkeypatch):
+    # numpy's argpartition orders the chosen pairs differently on CPUs with and without AVX-512: the same seed
+    # must give the same rows in the same order on every machine
+    want = make_synthetic_ratings(n_users=60, n_items=40, n_ratings=1500, random_state=0)
+    partition = np.argpartition
+
+    def reordered(a, kth):  # the same partition, each side in another order
+        order = partition(a, kth)
+        return np.concatenate([order[:kth + 1][::-1], order[kth + 1:][::-1]])
+
+    monkeypatch.setattr(np, "argpartition", reordered)
+    got = make_synthetic_ratings(n_users=60, n_items=40, n_ratings=1500, random_state=0)
+    pd.testing.assert_frame_equal(got, want)
