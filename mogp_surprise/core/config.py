@@ -62,7 +62,8 @@ class MWGPConfig:
         and the bilinear prior, ``mf_reg`` or ``mf_reg / 5`` (four runs on the split; see
         :meth:`search_space`). "auto": on below 200,000 ratings (where 20 epochs can over-fit), off above.
     validation_fraction : float in (0, 1), default=0.1
-        Share of the ratings held out to choose the number of epochs (with early stopping).
+        Share of the ratings held out to choose the number of epochs (with early stopping). A pair rated
+        more than once is held out or kept whole (:func:`~.trainer.validation_split`).
     batch_size : int or "auto", default="auto"
         Ratings per minibatch (the data term of the ELBO is scaled by N / batch). "auto" uses
         8192, reduced on small data so that training takes at least 360 optimisation steps:
