@@ -122,7 +122,7 @@ class World:
             q = ask(self.post, np.asarray(items, dtype=np.int64), np.asarray(ratings, dtype=np.float64), n=1,
                     candidates=None if catalogue else np.flatnonzero(allowed),
                     exclude=np.flatnonzero(~allowed) if catalogue else None,
-                    answer_prob=prob, weights=self.counts)
+                    answer_prob=prob, weights=self.counts if catalogue else None)  # (pool: the candidates)
             return int(q.items[0])
         mean, std = self.catalogue(folded)
         score = {"greedy": mean, "latent_std": std, "ucb": mean + std}[policy]

@@ -146,11 +146,12 @@ class UserModelMixin:
         counts = np.asarray(self._item_counts(), dtype=np.float64)
         # the chance that the user can rate an item: the share of the training users who rated it among the
         # raters of the items this user rated (core.elicit.answer_probability); the candidates, when given,
-        # are items the user can rate
+        # are items the user can rate, and the items whose variance counts (core.elicit.ask's default weights)
         answer_prob = answer_probability(self._rating_graph(), items) if candidates is None else None
+        weights = counts if candidates is None and counts.sum() > 0 else None
         known = inner >= 0
         q = ask(post, items, values, n=n, candidates=chosen["candidates"], exclude=chosen["exclude"],
-                answer_prob=answer_prob, weights=counts if counts.sum() > 0 else None,
+                answer_prob=answer_prob, weights=weights,
                 init_user=inner if known else None, refit=not known or ratings is not None, repeats=known)
         if q.folded is not None:
             post, row = _with_user(post, inner, q.folded)

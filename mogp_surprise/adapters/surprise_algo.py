@@ -195,8 +195,9 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
         who rated it (a user cannot rate a film they have not seen), and once the user has rated items, its
         share among the raters of those items, shrunk towards the former with the weight of one answer
         (:func:`~mogp_surprise.core.elicit.answer_probability`); the ``candidates``, when given, are
-        taken to be items the user can rate. The n questions are chosen greedily before any answer (the
-        posterior's covariance after an answer does not depend on its value).
+        taken to be items the user can rate, and a sample of those the user will be predicted for: the
+        variance is then that over the candidates. The n questions are chosen greedily before any answer
+        (the posterior's covariance after an answer does not depend on its value).
 
         Parameters
         ----------

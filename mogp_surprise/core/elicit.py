@@ -8,8 +8,8 @@ The covariance after an answer does not depend on the answer's value, so questio
 before they are answered, and a batch of n greedily.
 
 The criterion is the expected reduction of the user-attributable predictive variance over the
-catalogue, each item weighted by w_k (by default its share of the training ratings: the items a user
-is likely to rate, and to be recommended, count most)::
+catalogue, each item weighted by w_k (the adapters: its share of the training ratings, the items a user
+is likely to rate, and to be recommended, count most; with ``candidates``, the candidates, equally)::
 
     V(Sigma) = sum_k w_k J_k^T Sigma J_k = tr(A Sigma),      A = sum_k w_k J_k J_k^T
     gain_j   = V(Sigma) - V(Sigma_j') = rho_j J_j^T Sigma A Sigma J_j / (1 + rho_j J_j^T Sigma J_j)
@@ -80,7 +80,10 @@ def ask(posterior: MWGPPosterior, items: np.ndarray, ratings: np.ndarray, n: int
     answer_prob : float ndarray of shape (n_items,), optional
         The chance that the user can rate each item (default: 1 for every item).
     weights : float ndarray of shape (n_items,), optional
-        The weight w_k of each item in the catalogue variance (normalised to sum 1; default: equal).
+        The weight w_k of each item in the catalogue variance (normalised to sum 1). Default: with
+        ``candidates``, the candidates that may be asked (not rated, not excluded), equally: items the user
+        can rate, taken as a sample of those the user will be predicted for (``docs/model.md``); without
+        ``candidates``, every item equally.
     init_user : int, optional
         A known user's row: their fitted values are the start (as in :func:`~.foldin.fold_in`).
     refit : bool, default=True
@@ -103,6 +106,8 @@ def ask(posterior: MWGPPosterior, items: np.ndarray, ratings: np.ndarray, n: int
     w = _per_item("weights", weights, n_items)
     if w is not None and not w.sum() > 0:
         raise ValueError("`weights` must have a positive sum")
+    if w is None and candidates is not None and allowed.any():
+        w = allowed.astype(np.float64)
 
     data = ctx.user_data(items, y)
     if refit and data.n:

@@ -57,7 +57,8 @@ def test_the_first_question_maximises_the_gain_over_every_candidate(posterior):
     q = ask(posterior, np.array([], dtype=int), np.array([]), n=1)
     gains = []
     for j in range(N_ITEMS):
-        gains.append(ask(posterior, np.array([], dtype=int), np.array([]), n=1, candidates=[j]).gain[0])
+        gains.append(ask(posterior, np.array([], dtype=int), np.array([]), n=1, candidates=[j],
+                         weights=np.ones(N_ITEMS)).gain[0])  # (the default weighs the candidates only)
     assert q.items[0] == int(np.argmax(gains)) and q.gain[0] == pytest.approx(max(gains))
     assert min(gains) > 0  # every item teaches something about a new user
 
@@ -73,6 +74,19 @@ def test_answer_probability_candidates_and_exclusions(posterior):
     q = ask(posterior, np.array([1]), np.array([3.0]), n=10, candidates=[1, 2, 4, 5], exclude=[5])
     assert sorted(q.items.tolist()) == [2, 4]  # rated and excluded items never asked; fewer than n left
     assert ask(posterior, np.array([], dtype=int), np.array([]), n=3, candidates=[]).items.size == 0
+
+
+def test_with_candidates_the_variance_that_counts_is_the_candidates_by_default(posterior):
+    items, ratings, candidates = np.array([1]), np.array([3.0]), [1, 2, 4, 5, 8, 13]
+    askable = np.zeros(N_ITEMS)
+    askable[[2, 4, 8, 13]] = 1.0  # the candidates not rated (1) and not excluded (5)
+    got = ask(posterior, items, ratings, n=3, candidates=candidates, exclude=[5])
+    want = ask(posterior, items, ratings, n=3, candidates=candidates, exclude=[5], weights=askable)
+    np.testing.assert_array_equal(got.items, want.items)
+    np.testing.assert_allclose(got.gain, want.gain, rtol=1e-12)
+    assert got.variance_before == pytest.approx(want.variance_before, rel=1e-12)
+    every = ask(posterior, items, ratings, n=3, candidates=candidates, exclude=[5], weights=np.ones(N_ITEMS))
+    assert abs(every.variance_before - got.variance_before) > 1e-3 * got.variance_before
 
 
 def test_a_known_user_as_fitted(posterior):
