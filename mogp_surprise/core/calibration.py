@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from .predictive import noise_variances, predictive_moments
-from .rows import distinct_rows
+from .rows import distinct_index_rows
 
 #: rows of the training data that :func:`cold_start_scales` reads at most (evenly spaced beyond)
 CALIBRATION_ROWS = 1_000_000
@@ -74,7 +74,8 @@ def cold_start_scales(post: Any, index: np.ndarray, ratings: np.ndarray, laplace
     scales = torch.ones(2 ** n_factors, dtype=post.dtype, device=post.device)
     for pattern in range(1, 2 ** n_factors):
         unseen = [f for f in range(n_factors) if pattern >> f & 1]
-        rows, inverse = _distinct_rows(np.where(np.isin(np.arange(n_factors), unseen), -1, index), post.n_levels)
+        masked = np.where(np.isin(np.arange(n_factors), unseen), -1, index)
+        rows, inverse = distinct_index_rows(masked, post.n_levels)
         rows_t = torch.as_tensor(rows, dtype=torch.long, device=post.device)
         inverse_t = torch.as_tensor(inverse, dtype=torch.long, device=post.device)
         mean, var, pattern_noise = predictive_moments(state, psi, rows_t)
@@ -84,15 +85,3 @@ def cold_start_scales(post: Any, index: np.ndarray, ratings: np.ndarray, laplace
         spread = float((resid * resid).sum() - pattern_noise[inverse_t].double().sum())
         scales[pattern] = max(1.0, spread / float(var[inverse_t].double().sum()))
     return scales
-
-
-def _distinct_rows(index: np.ndarray, n_levels: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct rows of an (n, F) index with -1 entries, and each row's place among them."""
-    try:  # one integer key per row: a 1-d unique is much faster than np.unique(axis=0)
-        keys = np.ravel_multi_index(tuple((index + 1).T), tuple(n + 1 for n in n_levels))
-    except ValueError:  # too many combinations for one integer
-        rows, inverse = np.unique(index, axis=0, return_inverse=True)
-        return rows, inverse.reshape(-1)
-    distinct, inverse = distinct_rows(torch.from_numpy(np.asarray(keys, dtype=np.int64)))
-    rows = np.stack(np.unravel_index(distinct.numpy(), tuple(n + 1 for n in n_levels)), 1) - 1
-    return rows, inverse.numpy()

@@ -113,6 +113,19 @@ def distinct_rows(index: Tensor) -> tuple[Tensor, Tensor]:
     return torch.from_numpy(values[first]).to(index.dtype), torch.from_numpy(inverse).to(index.dtype)
 
 
+def distinct_index_rows(index: np.ndarray, n_levels: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of an (n, F) numpy index (entries -1 allowed: an unseen level) and each row's
+    place among them, by one integer key per row where the levels allow one."""
+    try:  # one integer key per row: a 1-d unique is much faster than np.unique(axis=0)
+        keys = np.ravel_multi_index(tuple((index + 1).T), tuple(n + 1 for n in n_levels))
+    except ValueError:  # too many combinations for one integer
+        rows, inverse = np.unique(index, axis=0, return_inverse=True)
+        return rows, inverse.reshape(-1)
+    distinct, inverse = distinct_rows(torch.from_numpy(np.asarray(keys, dtype=np.int64)))
+    rows = np.stack(np.unravel_index(distinct.numpy(), tuple(n + 1 for n in n_levels)), 1) - 1
+    return rows, inverse.numpy()
+
+
 def levels_present(index: Tensor, n_levels: int) -> Tensor:
     """The distinct values of the 1-d ``index`` (levels below ``n_levels``), sorted, by a mask over the levels:
     one pass over ``index`` and one over the mask, for an index far longer than a minibatch's (the ratings of

@@ -23,7 +23,7 @@ from .model import MWGPModule
 from .objective import elbo, log_prior
 from .optim import TrainingOptimizer, implicit_update_interval, uses_sparse_rows
 from .posterior import MWGPPosterior
-from .rows import Batch
+from .rows import Batch, distinct_index_rows
 
 logger = logging.getLogger(__name__)
 
@@ -186,29 +186,17 @@ def validation_split(idx_t: torch.Tensor, n_val: int, gen: torch.Generator) -> t
     """
     n = idx_t.shape[0]
     perm = torch.randperm(n, generator=gen)
-    inverse = _row_keys(idx_t)
-    n_keys = int(inverse.max()) + 1 if n else 0
-    if n_keys == n:
-        return perm[:n_val], perm[n_val:]
-    first = torch.full((n_keys,), n, dtype=torch.long)  # the position of each index's first row in perm
+    index = idx_t.cpu().numpy()
+    _, inverse = distinct_index_rows(index, tuple(int(s) for s in index.max(0) + 1))
+    inverse = torch.from_numpy(inverse)
+    first = torch.full((int(inverse.max()) + 1,), n, dtype=torch.long)  # each index's first position in perm
     first.scatter_reduce_(0, inverse[perm], torch.arange(n), reduce="amin")
-    # held out: every row of an index whose first row is among perm's first n_val (so >= n_val rows)
+    # held out: every row of an index whose first row is among perm's first n_val (so >= n_val rows; without
+    # repeats, exactly perm's first n_val)
     held = first[inverse[perm]] < n_val
-    if held.all() or not held.any():  # one index repeated throughout: rows split as without repeats
+    if held.all():  # one index repeated throughout: rows split as without repeats
         return perm[:n_val], perm[n_val:]
     return perm[held], perm[~held]
-
-
-def _row_keys(idx_t: torch.Tensor) -> torch.Tensor:
-    """Each row's index as one integer id (equal rows, equal ids)."""
-    idx = idx_t.cpu().long()
-    sizes = (idx.max(0).values + 1).tolist() if idx.shape[0] else []
-    if math.prod(sizes) >= 2 ** 62:  # no mixed-radix integer: rows compared whole (slower)
-        return torch.unique(idx, dim=0, return_inverse=True)[1]
-    key = torch.zeros(idx.shape[0], dtype=torch.long)
-    for column, size in zip(idx.T, sizes):
-        key = key * size + column
-    return torch.unique(key, return_inverse=True)[1]
 
 
 @dataclass

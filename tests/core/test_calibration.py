@@ -12,7 +12,8 @@ import torch
 
 import mogp_surprise.core.calibration as calibration
 from mogp_surprise.core import MWGPConfig, fit_mwgp
-from mogp_surprise.core.calibration import _distinct_rows, cold_start_scales
+from mogp_surprise.core.calibration import cold_start_scales
+from mogp_surprise.core.rows import distinct_index_rows as _distinct_rows
 from mogp_surprise.core.posterior import MWGPPosterior
 from tests.core.test_posterior import N_ITEMS, N_USERS, RATING_MEAN, RATING_STD, _het_module, _post
 
