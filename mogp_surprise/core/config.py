@@ -19,7 +19,7 @@ _CHOICES = {"lr_schedule": ("cosine", "constant"), "init": ("pca", "random"),
 #: the paper's model (Yang & Buettner, 2021): one scalar noise variance, no implicit feedback, no
 #: bilinear term, and the embedding prior tuned for it; ``MWGP(**PAPER_MODEL)`` reproduces the paper's figures
 PAPER_MODEL = {"noise": "homoscedastic", "implicit": False, "mf_rank": 0, "embedding_uncertainty": False,
-               "embedding_reg": 3.0, "n_epochs": 30, "early_stopping": False}
+               "embedding_reg": 3.0, "bias_reg": 1.0, "n_epochs": 30, "early_stopping": False}
 #: batch_size="auto": the MovieLens-tuned batch, reduced on small data to keep >= MIN_STEPS steps
 AUTO_BATCH, MIN_AUTO_BATCH, MIN_STEPS = 8192, 256, 360
 #: early_stopping="auto" chooses the number of epochs on a validation split below this many ratings
@@ -75,8 +75,12 @@ class MWGPConfig:
     embedding_reg : float, default=10.0
         Precision of the Gaussian prior N(0, 1/embedding_reg) on every embedding and implicit-factor
         entry (MAP; an L2 penalty of ``embedding_reg / 2 * ||A||^2`` on the whole log joint).
-    bias_reg : float, default=1.0
+    bias_reg : float or "auto", default="auto"
         Precision of the Gaussian prior on user and item biases (in standardised rating units).
+        "auto": one precision per factor estimated from the training data (empirical Bayes: 1 / the
+        variance of the levels' true biases, estimated by moments as for the biases' closed-form
+        start), set before training and saved with the model; little data then get the shrinkage
+        that their spread of biases supports (see :mod:`~mogp_surprise.core.terms.bias`).
     use_biases : bool, default=True
         Learn a global mean plus user and item biases as the GP mean function; otherwise the
         mean function is the learned global constant only.
@@ -89,8 +93,8 @@ class MWGPConfig:
         SVD++-style implicit feedback: a user's GP input is their embedding plus a normalised sum of
         implicit factors of the items they rated, and likewise for items. ``False`` as in the
         paper. ``MWGP(**PAPER_MODEL)`` (``PAPER_MODEL = {"noise": "homoscedastic", "implicit": False,
-        "mf_rank": 0, "embedding_uncertainty": False, "embedding_reg": 3.0, "n_epochs": 30,
-        "early_stopping": False}``, importable from ``mogp_surprise``) is the paper's model.
+        "mf_rank": 0, "embedding_uncertainty": False, "embedding_reg": 3.0, "bias_reg": 1.0,
+        "n_epochs": 30, "early_stopping": False}``, importable from ``mogp_surprise``) is the paper's model.
     mf_rank : int, default=16
         Rank k of a bilinear term p_u . q_i in the GP's mean function: users and items carry
         k-dimensional factors of their own (prior N(0, 1 / mf_reg); p_u start at 0, q_i at N(0, 0.1^2)),
@@ -147,7 +151,7 @@ class MWGPConfig:
     lr: float = 0.02
     lr_schedule: str = "cosine"
     embedding_reg: float = 10.0
-    bias_reg: float = 1.0
+    bias_reg: Any = "auto"
     use_biases: bool = True
     noise: str = "heteroscedastic"
     implicit: bool = True
@@ -188,8 +192,10 @@ class MWGPConfig:
             _check_int("batch_size", self.batch_size, minimum=1, also='or "auto"')
         for name in ("lr", "jitter"):
             _check_float(name, getattr(self, name), positive=True)
-        for name in ("embedding_reg", "bias_reg", "mf_reg", "kl_weight"):
+        for name in ("embedding_reg", "mf_reg", "kl_weight"):
             _check_float(name, getattr(self, name), positive=False)
+        if not _is_auto(self.bias_reg):
+            _check_float("bias_reg", self.bias_reg, positive=False, also='or "auto"')
         if not (_is_auto(self.early_stopping) or isinstance(self.early_stopping, (bool, np.bool_))):
             raise ValueError(f"`early_stopping` must be True, False or \"auto\", got {self.early_stopping!r}")
         _check_float("validation_fraction", self.validation_fraction, positive=True)
@@ -272,8 +278,8 @@ def _check_int(name: str, value: Any, minimum: int, also: str = "") -> None:
         raise ValueError(f"`{name}` must be {rule}, got {value!r}")
 
 
-def _check_float(name: str, value: Any, positive: bool) -> None:
-    rule = "> 0" if positive else ">= 0"
+def _check_float(name: str, value: Any, positive: bool, also: str = "") -> None:
+    rule = ("> 0" if positive else ">= 0") + (f" {also}" if also else "")
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"`{name}` must be a finite real number {rule}, got {value!r}")
     if not np.isfinite(value) or (value <= 0 if positive else value < 0):

@@ -252,13 +252,13 @@ def test_the_package_works_under_python_OO():
 @pytest.mark.data
 def test_defaults_beat_baseline_only_on_small_samples(ml100k):
     """On 10 % samples of ML-100K (~8,000 training ratings) the default MWGP, which then chooses its
-    number of epochs by early stopping, beats Surprise's BaselineOnly; 20 fixed epochs over-fit
-    (benchmarks/small_data.py: 5 samples, 0.995 vs 1.004, 20 epochs 1.015)."""
+    number of epochs (and step size and bilinear prior) by early stopping, with the biases' prior estimated
+    from the data, beats Surprise's BaselineOnly (benchmarks/small_data.py: 5 samples, 0.9933 vs 1.0042)."""
     import pandas as pd
     from surprise import Dataset, Reader, accuracy
 
     raw = ml100k.raw_ratings
-    rmse = {"mwgp": [], "baseline": [], "mwgp_20_epochs": []}
+    rmse = {"mwgp": [], "baseline": []}
     for seed in range(3):
         rng = np.random.default_rng(seed)
         sample = [raw[k] for k in rng.choice(len(raw), len(raw) // 10, replace=False)]
@@ -267,8 +267,7 @@ def test_defaults_beat_baseline_only_on_small_samples(ml100k):
         testset = [(u, i, r) for (u, i, r, _), t in zip(sample, test) if t]
         frame = pd.DataFrame([r[:3] for r in train], columns=["user", "item", "rating"])
         trainset = Dataset.load_from_df(frame, Reader(rating_scale=(1, 5))).build_full_trainset()
-        for name, algo in (("mwgp", MWGP(random_state=seed)), ("baseline", BaselineOnly(verbose=False)),
-                           ("mwgp_20_epochs", MWGP(random_state=seed, early_stopping=False))):
+        for name, algo in (("mwgp", MWGP(random_state=seed)), ("baseline", BaselineOnly(verbose=False))):
             rmse[name].append(accuracy.rmse(algo.fit(trainset).test(testset), verbose=False))
     mean = {k: float(np.mean(v)) for k, v in rmse.items()}
-    assert mean["mwgp"] < mean["baseline"] < mean["mwgp_20_epochs"], rmse
+    assert mean["mwgp"] < mean["baseline"], rmse

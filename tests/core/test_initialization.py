@@ -77,10 +77,12 @@ def test_initial_factors_inducing_points_and_lengthscales() -> None:
     assert all(torch.equal(p, q) for p, q in zip(mod.parameters(), same.parameters()))
 
 
-def _reference_bias_start(index, y, n_levels, sweeps=5):
+def _reference_bias_start(index, y, n_levels, sweeps=5, spreads=None):
     """The biases' empirical-Bayes start written out in numpy: per factor, level means of the residual shrunk
-    by n / (n + s2 / t2), s2 the within-level residual variance, t2 = var(level means) - s2 * mean(1 / n)."""
+    by n / (n + s2 / t2), s2 the within-level residual variance, t2 = var(level means) - s2 * mean(1 / n)
+    (each factor's t2 of the last sweep appended to ``spreads``, when given)."""
     values = [np.zeros(n) for n in n_levels]
+    last = {}
     for _ in range(sweeps):
         for f, n_f in enumerate(n_levels):
             residual = y - sum(values[g][index[:, g]] for g in range(len(n_levels)) if g != f)
@@ -90,7 +92,10 @@ def _reference_bias_start(index, y, n_levels, sweeps=5):
             means = sums[seen] / counts[seen]
             within = np.mean((residual - sums[index[:, f]] / counts[index[:, f]]) ** 2)
             spread = means.var(ddof=1) - within * np.mean(1 / counts[seen])
-            values[f] = sums / (counts + within / max(spread, 1e-6 * within))
+            last[f] = max(spread, 1e-6 * within)
+            values[f] = sums / (counts + within / last[f])
+    if spreads is not None:
+        spreads.extend(last[f] for f in range(len(n_levels)))
     return values
 
 
@@ -114,3 +119,41 @@ def test_biases_start_at_their_empirical_bayes_least_squares_values():
     assert np.corrcoef(expected[0], true_u)[0, 1] > 0.9
     implied = term.bias_1[7].item() + term.bias_0.detach().numpy()[index[index[:, 1] == 7, 0]].mean()
     assert abs(implied - 2.0) < 0.2
+
+
+def test_bias_reg_auto_sets_each_factors_prior_to_the_estimated_variance_of_its_biases():
+    """bias_reg="auto": each factor's prior precision is 1 / t2 of the closed-form start's last sweep (the reference
+    above), near 1 / the true variance of the biases on data that determine it; kept in the options (saved)."""
+    from mogp_surprise.core.initialization import InitContext
+    from mogp_surprise.core.terms.bias import AUTO_PRECISION_MAX, Bias
+
+    rng = np.random.default_rng(1)
+    n_levels = (400, 300)
+    true_u, true_i = rng.normal(0, 0.5, n_levels[0]), rng.normal(0, 1.0, n_levels[1])
+    index = np.stack([rng.integers(0, n_levels[0], 40_000), rng.integers(0, n_levels[1], 40_000)], 1)
+    y = true_u[index[:, 0]] + true_i[index[:, 1]] + rng.normal(0, 0.8, 40_000)
+    term = Bias(n_levels, {"bias_reg": "auto"}).double()
+    assert [term.specs[f"bias_{f}"].prior_precision for f in range(2)] == [1.0, 1.0]  # before the data are seen
+    init = InitContext(torch.as_tensor(index), torch.as_tensor(y), n_levels, "pca", torch.Generator(),
+                       torch.float64, torch.device("cpu"))
+    term.initialise_from_data(init)
+    spreads: list[float] = []
+    _reference_bias_start(index, y, n_levels, spreads=spreads)
+    precisions = [term.specs[f"bias_{f}"].prior_precision for f in range(2)]
+    np.testing.assert_allclose(precisions, [1 / t2 for t2 in spreads], rtol=1e-9)
+    np.testing.assert_allclose(precisions, [1 / true_u.var(), 1 / true_i.var()], rtol=0.1)
+    assert term.options["bias_precision"] == precisions
+    assert term.prior_precision(0) == precisions[0]
+    # a definition rebuilt from the saved options has the same priors
+    again = Bias(n_levels, dict(term.options), parameters=False)
+    assert [again.specs[f"bias_{f}"].prior_precision for f in range(2)] == precisions
+    # a factor without biases (every user alike): its estimate is capped, not infinite
+    flat = Bias(n_levels, {"bias_reg": "auto"}).double()
+    flat.initialise_from_data(InitContext(torch.as_tensor(index), torch.as_tensor(true_i[index[:, 1]]), n_levels,
+                                          "pca", torch.Generator(), torch.float64, torch.device("cpu")))
+    assert flat.specs["bias_0"].prior_precision == AUTO_PRECISION_MAX
+    # a number is used as given and nothing is estimated
+    fixed = Bias(n_levels, {"bias_reg": 2.5}).double()
+    fixed.initialise_from_data(init)
+    assert [fixed.specs[f"bias_{f}"].prior_precision for f in range(2)] == [2.5, 2.5]
+    assert "bias_precision" not in fixed.options
