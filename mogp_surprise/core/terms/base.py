@@ -172,7 +172,7 @@ class Term(nn.Module):
         super().__init__()
         self.n_levels = tuple(int(n) for n in n_levels)
         self.options = dict(options or {})
-        self.specs: dict[str, Table] = {t.name: t for t in self.tables()}
+        self.specs: dict[str, Table] = self._table_specs()
         if parameters:
             for spec in self.specs.values():
                 if spec.variance_of is not None:  # set in closed form, not by gradient: a buffer
@@ -189,6 +189,20 @@ class Term(nn.Module):
     def tables(self) -> list[Table]:
         """The term's tables (from ``self.options`` and ``self.n_levels``)."""
         raise NotImplementedError
+
+    def _table_specs(self) -> dict[str, Table]:
+        return {t.name: t for t in self.tables()}
+
+    def set_options(self, **changes: Any) -> None:
+        """Change options after construction (e.g. a prior estimated from the data in
+        :meth:`initialise_from_data`; they are saved with the model) and rebuild :attr:`specs` from them. The
+        tables themselves (names and shapes) must stay as they are."""
+        self.options.update(changes)
+        specs = self._table_specs()
+        if [(t.name, t.shape(self.n_levels)) for t in specs.values()] != \
+                [(t.name, t.shape(self.n_levels)) for t in self.specs.values()]:
+            raise ValueError(f"set_options({changes}) changes the tables of term {self.name!r}")
+        self.specs = specs
 
     def combine(self, rows: dict[str, Rows], parts: RatingParts) -> None:
         """Add the term's part of n ratings' predictive to ``parts``, from the rows of its tables (every table

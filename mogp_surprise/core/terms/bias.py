@@ -74,7 +74,7 @@ class Bias(Term):
         factors = range(len(self.n_levels))
         counts = [torch.bincount(index[:, f], minlength=n).to(init.dtype) for f, n in zip(factors, self.n_levels)]
         values = [torch.zeros(n, dtype=init.dtype, device=init.device) for n in self.n_levels]
-        spreads = [1.0] * len(self.n_levels)
+        spreads = [0.0] * len(self.n_levels)  # each factor's t2, set by every sweep
         for _ in range(INIT_SWEEPS):
             for f in factors:
                 residual = y - sum(values[g][index[:, g]] for g in factors if g != f)
@@ -84,8 +84,7 @@ class Bias(Term):
         for f in factors:
             self.table(f"bias_{f}").copy_(values[f])
         if self.options["bias_reg"] == "auto":
-            self.options["bias_precision"] = [min(1.0 / t2, AUTO_PRECISION_MAX) for t2 in spreads]
-            self.specs = {t.name: t for t in self.tables()}
+            self.set_options(bias_precision=[min(1.0 / t2, AUTO_PRECISION_MAX) for t2 in spreads])
 
 
 def _variances(residual: Tensor, sums: Tensor, counts: Tensor, levels: Tensor) -> tuple[float, float]:
