@@ -53,9 +53,9 @@ def test_cli_compare_ranking_options_and_the_flipped_myfm(tiny_ml100k, tmp_path,
     assert rc == 0
     printed = capsys.readouterr().out
     assert "| myFM BFM flipped (rank 32 / 16, implicit) | predictive |" in printed
-    assert "| algorithm | precision@5 | recall@5 | NDCG@5 |" in printed and "relevant = true rating >= 3.5" in printed
+    assert "| algorithm | precision@5 | recall@5 | top-5 precision | NDCG@5 |" in printed and "relevant = true rating >= 3.5" in printed
     folds = pd.read_csv(out / "folds.csv")
-    assert folds[["precision_at_5", "recall_at_5", "ndcg_at_5"]].notna().all().all()
+    assert folds[["precision_at_5", "recall_at_5", "top_precision_at_5", "ndcg_at_5"]].notna().all().all()
     assert json.loads((out / "results.json").read_text())["settings"]["rank_threshold"] == 3.5
 
 

@@ -61,10 +61,10 @@ def summary_markdown(summary: pd.DataFrame, settings: dict[str, Any]) -> str:
              pm(r, "coverage_95", 3), pm(r, "sharpness", 3), pm(r, "fit_s", 1), pm(r, "test_s", 2)]) + " |")
     k = _ranking_k(summary, settings)
     if k is not None:
-        lines += ["", f"| algorithm | precision@{k} | recall@{k} | NDCG@{k} |", "|" + "---|" * 4]
+        lines += ["", f"| algorithm | precision@{k} | recall@{k} | top-{k} precision | NDCG@{k} |", "|" + "---|" * 5]
         for _, r in summary.iterrows():
             lines.append(f"| {r['label']} | " + " | ".join(
-                pm(r, f"{m}_at_{k}") for m in ("precision", "recall", "ndcg")) + " |")
+                pm(r, f"{m}_at_{k}") for m in ("precision", "recall", "top_precision", "ndcg")) + " |")
     lines += ["", f"Mean ± std over {settings['n_folds']} folds (Surprise KFold, shuffle, "
               f"random_state={settings['random_state']}); identical folds for every algorithm. "
               "q = share of test ratings kept, the most confident first (lowest predictive std). "
@@ -77,6 +77,8 @@ def summary_markdown(summary: pd.DataFrame, settings: dict[str, Any]) -> str:
         relevant = f"rating >= {threshold:g}" if threshold is not None else "rating above the threshold"
         lines[-1] += (f" Ranking: each user's test items ranked by the predicted mean; relevant = true {relevant}; "
                       f"precision@{k} and recall@{k} as in Surprise's FAQ (recommended = in the top {k} and "
-                      f"predicted >= the threshold; 0 when undefined), NDCG@{k} with binary relevance; "
+                      f"predicted >= the threshold; 0 when undefined), top-{k} precision the same with every "
+                      f"top-{k} item recommended whatever its predicted rating (the ranking alone), NDCG@{k} "
+                      "with binary relevance; "
                       "averaged over the users of each fold.")
     return "\n".join(lines) + "\n"

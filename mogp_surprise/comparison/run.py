@@ -2,7 +2,7 @@
 
 ``compare`` fits every algorithm on the same seeded Surprise ``KFold`` splits and collects, per
 fold, the QP curve (RMSE/MAE on the q most confident predictions), calibration metrics, ranking
-metrics of each user's test items (precision@k, recall@k, NDCG@k) and timings, from each algorithm's predictive mean and variance as arrays (``predict_dist``); the
+metrics of each user's test items (precision@k, recall@k, top-k precision, NDCG@k) and timings, from each algorithm's predictive mean and variance as arrays (``predict_dist``); the
 report (:mod:`.report`) writes the table and draws the plots from the result. Point-estimate
 baselines are wrapped in :class:`~.homoscedastic.HomoscedasticBaseline` so that NLL, CRPS and
 coverage can be compared; their rows say so.
@@ -140,7 +140,8 @@ def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: i
     rank_k : int, default=10
         Length of the top list of the ranking metrics: each user's test items ranked by the
         (clipped) predicted mean give ``precision_at_{k}``, ``recall_at_{k}`` (Surprise's FAQ
-        definitions) and ``ndcg_at_{k}`` (binary relevance), averaged over the fold's users
+        definitions), ``top_precision_at_{k}`` (precision of the whole top k, whatever the predicted
+        ratings) and ``ndcg_at_{k}`` (binary relevance), averaged over the fold's users
         (:func:`mogp_surprise.evaluation.ranking_report`).
     rank_threshold : float, optional
         A test rating ``>= rank_threshold`` is relevant. None: 3/4 of the way up the data set's

@@ -8,6 +8,11 @@ recall@k", for precision and recall):
 - an item is **recommended** when it is among the user's ``k`` highest scores *and* its score is
   ``>= threshold`` (``recommend_above_threshold=False``: every item of the top ``k`` is);
 - precision@k = relevant recommended items / recommended items, **0** when nothing is recommended;
+- top-k precision (``top_precision_at_{k}`` in :func:`ranking_report`) = relevant items among the
+  user's top ``k`` / the items in it: precision@k with every top-``k`` item recommended, whatever its
+  score. The FAQ's precision@k counts a user whose scores are all below the threshold as 0 whatever
+  their ranking, so a model that predicts more users' best items just below the threshold scores lower
+  there with the same ranking; top-k precision measures the ranking alone;
 - recall@k = relevant recommended items / relevant items, **0** when the user has no relevant item;
 - NDCG@k = DCG@k / IDCG@k with DCG@k = sum over the top ``k`` of gain / log2(position + 1)
   (positions 1, 2, ...), IDCG@k the DCG@k of the best ordering of the same items; the gain is 1
@@ -231,7 +236,8 @@ def ndcg_at_k(users: object, y_true: object, scores: object, k: int = 10, thresh
 
 def ranking_report(users: object, y_true: object, scores: object, k: int = 10,
                    threshold: float = 4.0) -> dict[str, float]:
-    """Precision@k, recall@k (Surprise's FAQ) and binary NDCG@k, averaged over users, in one dict.
+    """Precision@k, recall@k (Surprise's FAQ), top-k precision and binary NDCG@k, averaged over users, in one
+    dict.
 
     Parameters
     ----------
@@ -241,11 +247,14 @@ def ranking_report(users: object, y_true: object, scores: object, k: int = 10,
     Returns
     -------
     dict of str to float
-        Keys ``precision_at_{k}``, ``recall_at_{k}``, ``ndcg_at_{k}`` (``k`` the number, e.g.
-        ``precision_at_10``) and ``n_users`` (an int).
+        Keys ``precision_at_{k}``, ``recall_at_{k}``, ``top_precision_at_{k}`` (precision@k with every
+        item of the top ``k`` recommended, whatever its score; module docstring), ``ndcg_at_{k}`` (``k``
+        the number, e.g. ``precision_at_10``) and ``n_users`` (an int).
     """
-    per_user = ranking_per_user(users, y_true, scores, k, threshold)
-    k = int(k)
-    return {f"precision_at_{k}": float(per_user["precision"].mean()),
-            f"recall_at_{k}": float(per_user["recall"].mean()),
-            f"ndcg_at_{k}": float(per_user["ndcg"].mean()), "n_users": int(len(per_user))}
+    codes, y, s = _check(users, y_true, scores)
+    k, threshold = _check_k(k), _check_threshold(threshold)
+    faq = _per_user(codes, y, s, k, threshold, True, "binary")
+    top = _per_user(codes, y, s, k, threshold, False, "binary")
+    return {f"precision_at_{k}": float(faq["precision"].mean()), f"recall_at_{k}": float(faq["recall"].mean()),
+            f"top_precision_at_{k}": float(top["precision"].mean()),
+            f"ndcg_at_{k}": float(faq["ndcg"].mean()), "n_users": int(len(faq))}

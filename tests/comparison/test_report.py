@@ -48,9 +48,17 @@ def test_results_written_before_the_ranking_metrics_still_load_and_reuse(synthet
     write_results(compare(synthetic_data, algos=["rec_a"], n_folds=2, extra_algos=extra), tmp_path / "old",
                   plots=False)
     folds = pd.read_csv(tmp_path / "old" / "folds.csv")
-    assert {"precision_at_10", "recall_at_10", "ndcg_at_10"} <= set(folds.columns)
-    folds.drop(columns=["precision_at_10", "recall_at_10", "ndcg_at_10"]).to_csv(tmp_path / "old" / "folds.csv",
-                                                                                 index=False)
+    ranking = ["precision_at_10", "recall_at_10", "top_precision_at_10", "ndcg_at_10"]
+    assert set(ranking) <= set(folds.columns)
+    write_results(compare(synthetic_data, algos=["rec_a"], n_folds=2, extra_algos=extra), tmp_path / "no_top",
+                  plots=False)  # written before top-k precision: that column alone shows "—"
+    pd.read_csv(tmp_path / "no_top" / "folds.csv").drop(columns=["top_precision_at_10"]).to_csv(
+        tmp_path / "no_top" / "folds.csv", index=False)
+    with_top = reuse_results(compare(synthetic_data, algos=["rec_b"], n_folds=2, extra_algos=extra),
+                             tmp_path / "no_top", ["rec_a"]).markdown()
+    row_a = next(line for line in with_top.split("top-10 precision")[1].splitlines() if line.startswith("| A |"))
+    assert row_a.split(" | ")[3] == "—" and "—" not in row_a.split(" | ")[1] + row_a.split(" | ")[4]
+    folds.drop(columns=ranking).to_csv(tmp_path / "old" / "folds.csv", index=False)
     meta = json.loads((tmp_path / "old" / "results.json").read_text())
     meta["settings"] = {k: v for k, v in meta["settings"].items() if not k.startswith("rank_")}
     (tmp_path / "old" / "results.json").write_text(json.dumps(meta))
@@ -59,7 +67,7 @@ def test_results_written_before_the_ranking_metrics_still_load_and_reuse(synthet
     now = compare(synthetic_data, algos=["rec_b"], n_folds=2, extra_algos=extra)
     merged = reuse_results(now, tmp_path / "old", ["rec_a"])
     table = merged.markdown()
-    assert "| B | 0." in table.split("precision@10")[1] and "| A | — | — | — |" in table
+    assert "| B | 0." in table.split("precision@10")[1] and "| A | — | — | — | — |" in table
     write_results(now, tmp_path / "k5", plots=False)  # k = 10 there
     other_k = compare(synthetic_data, algos=["rec_a"], n_folds=2, extra_algos=extra, rank_k=5)
     with pytest.raises(ValueError, match="rank_k=10.*rank_k=5 .*ranking metrics mean something else"):

@@ -141,10 +141,10 @@ def test_compare_reports_ranking_metrics_of_every_users_test_items(synthetic_dat
         for result, k, threshold in ((default, 10, 4.0), (custom, 5, 3.5)):
             row = result.folds.iloc[fold]
             expected = ranking_report(users, y, score, k=k, threshold=threshold)
-            for name in (f"precision_at_{k}", f"recall_at_{k}", f"ndcg_at_{k}"):
+            for name in (f"precision_at_{k}", f"recall_at_{k}", f"top_precision_at_{k}", f"ndcg_at_{k}"):
                 assert row[name] == pytest.approx(expected[name]), (name, fold)
             assert 0.0 < row[f"precision_at_{k}"] < 1.0 and 0.0 < row[f"ndcg_at_{k}"] < 1.0
     assert "precision_at_10" not in custom.folds
-    assert "| algorithm | precision@5 | recall@5 | NDCG@5 |" in custom.markdown()
+    assert "| algorithm | precision@5 | recall@5 | top-5 precision | NDCG@5 |" in custom.markdown()
     with pytest.raises(ValueError, match="rank_k"):
         compare(synthetic_data, algos=["scored"], n_folds=2, extra_algos=extra, rank_k=0)

@@ -96,10 +96,28 @@ def test_matches_the_faq_recipe_and_scikit_learn_on_random_data():
 def test_ranking_report_and_the_default_threshold():
     users, y, est = ["a", "a", "b"], [5, 1, 4], [4.5, 4.4, 4.0]
     report = ranking_report(users, y, est, k=10)
-    assert report == pytest.approx({"precision_at_10": 0.75, "recall_at_10": 1.0, "ndcg_at_10": 1.0, "n_users": 2})
+    assert report == pytest.approx({"precision_at_10": 0.75, "recall_at_10": 1.0, "top_precision_at_10": 0.75,
+                                    "ndcg_at_10": 1.0, "n_users": 2})
     assert default_relevance_threshold((1, 5)) == 4.0
     assert default_relevance_threshold((0.5, 5.0)) == 3.875
     assert default_relevance_threshold((-10, 10)) == 5.0
+
+
+def test_top_precision_counts_the_top_k_whatever_its_predicted_rating():
+    """The FAQ's precision@k gives 0 to a user whose scores are all below the threshold, however well they are
+    ranked; top-k precision scores that user's ranking. Shifting every score down by a constant keeps every
+    ranking, so it keeps top-k precision and NDCG but not the FAQ's precision."""
+    users = ["a"] * 4 + ["b"] * 4
+    y = [5, 4, 2, 1, 5, 1, 4, 2]
+    est = np.array([3.9, 3.8, 3.1, 2.0, 4.6, 4.2, 4.1, 3.0])  # a: nothing >= 4 but ranked right; b: 1 of 2 wrong
+    report = ranking_report(users, y, est, k=2, threshold=4)
+    assert report["precision_at_2"] == pytest.approx((0.0 + 0.5) / 2)
+    assert report["top_precision_at_2"] == pytest.approx((1.0 + 0.5) / 2)
+    per_user = ranking_per_user(users, y, est, k=2, threshold=4, recommend_above_threshold=False)
+    assert report["top_precision_at_2"] == pytest.approx(per_user["precision"].mean())
+    lower = ranking_report(users, y, est - 1.0, k=2, threshold=4)
+    assert lower["precision_at_2"] == 0.0
+    assert lower["top_precision_at_2"] == report["top_precision_at_2"] and lower["ndcg_at_2"] == report["ndcg_at_2"]
 
 
 BAD = [
