@@ -61,7 +61,8 @@ def summary_markdown(summary: pd.DataFrame, settings: dict[str, Any]) -> str:
              pm(r, "coverage_95", 3), pm(r, "sharpness", 3), pm(r, "fit_s", 1), pm(r, "test_s", 2)]) + " |")
     k = _ranking_k(summary, settings)
     if k is not None:
-        lines += ["", f"| algorithm | precision@{k} | recall@{k} | top-{k} precision | NDCG@{k} |", "|" + "---|" * 5]
+        lines += ["", f"| algorithm | precision@{k} | recall@{k} | top-{k} precision | NDCG@{k} |",
+                  "|" + "---|" * 5]
         for _, r in summary.iterrows():
             lines.append(f"| {r['label']} | " + " | ".join(
                 pm(r, f"{m}_at_{k}") for m in ("precision", "recall", "top_precision", "ndcg")) + " |")

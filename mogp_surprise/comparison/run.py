@@ -2,10 +2,11 @@
 
 ``compare`` fits every algorithm on the same seeded Surprise ``KFold`` splits and collects, per
 fold, the QP curve (RMSE/MAE on the q most confident predictions), calibration metrics, ranking
-metrics of each user's test items (precision@k, recall@k, top-k precision, NDCG@k) and timings, from each algorithm's predictive mean and variance as arrays (``predict_dist``); the
-report (:mod:`.report`) writes the table and draws the plots from the result. Point-estimate
-baselines are wrapped in :class:`~.homoscedastic.HomoscedasticBaseline` so that NLL, CRPS and
-coverage can be compared; their rows say so.
+metrics of each user's test items (precision@k, recall@k, top-k precision, NDCG@k) and timings,
+from each algorithm's predictive mean and variance as arrays (``predict_dist``); the report
+(:mod:`.report`) writes the table and draws the plots from the result. Point-estimate baselines are
+wrapped in :class:`~.homoscedastic.HomoscedasticBaseline` so that NLL, CRPS and coverage can be
+compared; their rows say so.
 """
 from __future__ import annotations
 
