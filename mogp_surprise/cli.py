@@ -316,8 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--out", default="results", help="output folder (tables, curves, PNG plots)")
     cmp_.add_argument("--seed", type=int, default=0, help="seed of the folds and of every algorithm")
     cmp_.add_argument("--rank-k", type=int, default=10, metavar="K",
-                      help="top-K of the ranking metrics (precision@K, recall@K, top-K precision, NDCG@K of "
-                           "each user's test items)")
+                      help="top-K of the ranking metrics (precision@K, recall@K, top-K precision, NDCG@K)")
     cmp_.add_argument("--rank-threshold", type=float, default=None, metavar="R",
                       help="a test rating >= R is relevant (None: 3/4 of the way up the rating scale, 4 on 1-5)")
     _data_options(cmp_)
