@@ -133,7 +133,9 @@ def top_k_mask(users: object, scores: object, k: int = 10) -> np.ndarray:
 
 
 def _per_user(codes: np.ndarray, y: np.ndarray, s: np.ndarray, k: int, threshold: float,
-              recommend_above_threshold: bool, relevance: str) -> pd.DataFrame:
+              recommend_above_threshold: bool, relevance: str, top_precision: bool = False) -> pd.DataFrame:
+    """The per-user frame of :func:`ranking_per_user`; ``top_precision``: with a ``top_precision`` column too
+    (precision with every top-k item recommended), from the same ranking."""
     if relevance not in ("binary", "graded"):
         raise ValueError(f"`relevance` must be 'binary' or 'graded'; got {relevance!r}")
     if relevance == "graded" and (y < 0).any():
@@ -156,11 +158,14 @@ def _per_user(codes: np.ndarray, y: np.ndarray, s: np.ndarray, k: int, threshold
     best = ideal_pos < k
     idcg = np.bincount(codes[best], weights=gain[best] * discount[ideal_pos[best]], minlength=n_users)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return pd.DataFrame({
+        frame = pd.DataFrame({
             "n_items": np.bincount(codes, minlength=n_users), "n_relevant": n_rel.astype(np.int64),
             "n_recommended": n_rec.astype(np.int64),
             "precision": np.where(n_rec > 0, n_hit / n_rec, 0.0), "recall": np.where(n_rel > 0, n_hit / n_rel, 0.0),
             "ndcg": np.where(idcg > 0, dcg / idcg, 0.0)})
+        if top_precision:  # every user has >= 1 item, so >= 1 in the top k
+            frame["top_precision"] = count(relevant & top) / count(top)
+    return frame
 
 
 def ranking_per_user(users: object, y_true: object, scores: object, k: int = 10, threshold: float = 4.0, *,
@@ -253,8 +258,8 @@ def ranking_report(users: object, y_true: object, scores: object, k: int = 10,
     """
     codes, y, s = _check(users, y_true, scores)
     k, threshold = _check_k(k), _check_threshold(threshold)
-    faq = _per_user(codes, y, s, k, threshold, True, "binary")
-    top = _per_user(codes, y, s, k, threshold, False, "binary")
-    return {f"precision_at_{k}": float(faq["precision"].mean()), f"recall_at_{k}": float(faq["recall"].mean()),
-            f"top_precision_at_{k}": float(top["precision"].mean()),
-            f"ndcg_at_{k}": float(faq["ndcg"].mean()), "n_users": int(len(faq))}
+    per_user = _per_user(codes, y, s, k, threshold, True, "binary", top_precision=True)
+    return {f"precision_at_{k}": float(per_user["precision"].mean()),
+            f"recall_at_{k}": float(per_user["recall"].mean()),
+            f"top_precision_at_{k}": float(per_user["top_precision"].mean()),
+            f"ndcg_at_{k}": float(per_user["ndcg"].mean()), "n_users": int(len(per_user))}
