@@ -104,7 +104,7 @@ class World:
     def catalogue(self, folded, latent: bool = True) -> tuple[np.ndarray, np.ndarray]:
         post, row = self.posterior(folded)
         mean, var = post.catalogue_moments(row, include_noise=not latent)
-        return mean.double().numpy(), var.double().sqrt().numpy()
+        return mean.double().cpu().numpy(), var.double().sqrt().cpu().numpy()
 
     # -- policies ------------------------------------------------------------------------------------------
     def pick(self, policy: str, allowed: np.ndarray, folded, items: list, ratings: list, catalogue: bool) -> int:
@@ -181,7 +181,7 @@ def replay(world: World, policy: str, rounds: int) -> dict:
             if policy.startswith("thompson"):  # the library's tempered default, or plain (scale 1)
                 post, row = world.posterior(folded)
                 scale = 1.0 if policy == "thompson_plain" else THOMPSON_SCALE
-                draw = post.catalogue_draw(row, world.generator, scale).double().numpy()
+                draw = post.catalogue_draw(row, world.generator, scale).double().cpu().numpy()
                 item = int(np.flatnonzero(allowed)[np.argmax(draw[allowed])])
             else:
                 item = world.pick(policy, allowed, folded, items, ratings, catalogue=False)
@@ -215,7 +215,7 @@ def cold_top10(world: World, draws: int = 1) -> list[dict]:
             mean, std = world.catalogue(folded, latent=False)
             banned = [i for i, _ in answers]
             post, row = world.posterior(folded)
-            draw = post.catalogue_draw(row, world.generator).double().numpy()
+            draw = post.catalogue_draw(row, world.generator).double().cpu().numpy()
             for name, score in (("mean", mean), ("lcb", mean - std), ("thompson", draw)):
                 score = score.copy()
                 score[banned] = -np.inf

@@ -12,6 +12,11 @@ DATA_DIR = Path(os.environ.get("MOGP_DATA") or REPO_ROOT.parent / "shared" / "da
 #: hyper-parameters small enough for unit tests (seconds, not minutes)
 FAST = {"n_epochs": 3, "n_inducing": 16, "batch_size": 256, "random_state": 0}
 
+#: where a fit is bit-reproducible: tests that compare two fits, a resumed fit or a model loaded onto the CPU
+#: bit for bit train here. On a GPU, CUDA's atomic additions sum in no fixed order (two fits from one seed
+#: differ in the last float32 digits) and a saved model loads onto the CPU unless asked otherwise.
+ON_CPU = {"device": "cpu"}
+
 
 def constant_rmse(data, cv) -> "np.ndarray":
     """Per-fold test RMSE of the training fold's global mean: the bound any model must beat."""

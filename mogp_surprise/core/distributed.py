@@ -64,7 +64,12 @@ def init_from_env(device: torch.device | str = "cpu", timeout_s: float | None = 
     if not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
         if device.type == "cuda":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+            local_rank, gpus = int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count()
+            if local_rank >= gpus:
+                raise DistributedError(f"this process has LOCAL_RANK={local_rank} but its machine has {gpus} "
+                                       f"CUDA device(s): nccl needs one GPU per process (torchrun "
+                                       f"--nproc-per-node {gpus}), or train on the CPU with gloo (device='cpu')")
+            torch.cuda.set_device(local_rank)
         try:
             dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
         except (RuntimeError, ValueError) as exc:

@@ -170,10 +170,15 @@ class MWGPPosterior:
         return cls(PosteriorState.from_dict(state))
 
     def __getstate__(self) -> dict[str, Any]:
-        return self.state_dict()
+        return {**self.state_dict(), "pickled_on": str(self.device)}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(MWGPPosterior.from_state_dict(state).__dict__)
+        """Unpickle onto the device it was pickled on where this machine has it (else the CPU): a copy
+        predicts as the original (float32 kernels of two devices differ in the last digits)."""
+        state = dict(state)
+        device = _available(state.pop("pickled_on", "cpu"))
+        post = MWGPPosterior.from_state_dict(state)
+        self.__dict__.update((post if device.type == "cpu" else post.to(device=device)).__dict__)
 
     def with_cold_start_calibration(self, index: np.ndarray, ratings: np.ndarray,
                                     laplace: LaplaceVariances) -> "MWGPPosterior":
@@ -374,3 +379,11 @@ def _check_rows(rows, n_users: int, n_given: int) -> np.ndarray:
     if n_given != rows.size:
         raise ValueError(f"`rows` has {rows.size} entries but {n_given} users were given")
     return rows.astype(np.int64)
+
+
+def _available(name: str) -> torch.device:
+    """The device ``name`` where this machine has it, else the CPU."""
+    device = torch.device(name)
+    if device.type == "cuda" and torch.cuda.is_available() and (device.index or 0) < torch.cuda.device_count():
+        return device
+    return torch.device("cpu")

@@ -42,8 +42,15 @@ def weight_sampler(gp: FittedGP, jitter: float = 1e-5) -> tuple[Tensor, Tensor]:
 def _drawn(value: Tensor, var: Tensor | None, generator: torch.Generator, scale: float = 1.0) -> Tensor:
     if var is None:
         return value
-    noise = torch.randn(value.shape, generator=generator, dtype=value.dtype, device=value.device)
+    noise = _randn(value.shape, generator, value.dtype, value.device)
     return value + (scale * var.clamp_min(0.0).sqrt()) * noise
+
+
+def _randn(shape: tuple[int, ...] | torch.Size, generator: torch.Generator, dtype: torch.dtype,
+           device: torch.device) -> Tensor:
+    """Standard normal draws made where the generator lives, then moved to ``device`` (a CPU generator serves
+    a GPU posterior, with the same numbers)."""
+    return torch.randn(tuple(shape), generator=generator, dtype=dtype, device=generator.device).to(device)
 
 
 def catalogue_draw(state: PosteriorState, user: int, sampler: tuple[Tensor, Tensor],
@@ -87,10 +94,10 @@ def catalogue_draw(state: PosteriorState, user: int, sampler: tuple[Tensor, Tens
     kernel = gp.kernel()
     k = kernel.cross(x, gp.inducing)
     root, k_inv = sampler
-    eps = torch.randn(root.shape[1], generator=generator, dtype=dtype, device=device)
+    eps = _randn((root.shape[1],), generator, dtype, device)
     weights = gp.w + scale * (root @ eps)
     residual = (gp.outputscale - ((k @ k_inv) * k).sum(-1)).clamp_min(0.0)
-    f = k @ weights + scale * residual.sqrt() * torch.randn(n, generator=generator, dtype=dtype, device=device)
+    f = k @ weights + scale * residual.sqrt() * _randn((n,), generator, dtype, device)
     if inputs[0].var is not None or inputs[1].var is not None:
         # a known input's Laplace variance by the delta method, as in the predictive: E[f] moves linearly
         # with the input's draw (the user's drawn once, each item's on its own)

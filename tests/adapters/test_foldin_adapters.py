@@ -77,7 +77,8 @@ def test_recommend_with_ratings_equals_fold_in_and_excludes_the_rated_items(algo
     model = copy.deepcopy(algo).fold_in(uid, ratings)
     pd.testing.assert_frame_equal(model.recommend(uid, n=8, strategy="lcb"), on_the_fly)
     mean, var = model.predict_dist([uid] * 8, list(on_the_fly["item"]))
-    np.testing.assert_allclose(on_the_fly["mean"], mean, rtol=1e-12)
+    # one path on the CPU; float32 kernels chosen by the batch's shape on a GPU
+    np.testing.assert_allclose(on_the_fly["mean"], mean, rtol=1e-12 if algo.posterior_.device.type == "cpu" else 1e-6)
 
 
 def test_a_known_user_is_folded_in_again_with_the_new_ratings(algo):

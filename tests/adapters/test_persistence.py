@@ -10,17 +10,17 @@ from surprise import dump
 
 from mogp_surprise import MWGP, MWGPRegressor
 from mogp_surprise.adapters import persistence
-from tests.conftest import FAST
+from tests.conftest import FAST, ON_CPU
 
 
 @pytest.fixture(scope="module")
 def surprise_model(synthetic_data):
-    return MWGP(**FAST).fit(synthetic_data.build_full_trainset())
+    return MWGP(**FAST, **ON_CPU).fit(synthetic_data.build_full_trainset())  # loaded onto the CPU: compared bit for bit
 
 
 @pytest.fixture(scope="module")
 def sklearn_model(synthetic_df):
-    return MWGPRegressor(**FAST).fit(synthetic_df[["user", "item"]], synthetic_df["rating"])
+    return MWGPRegressor(**FAST, **ON_CPU).fit(synthetic_df[["user", "item"]], synthetic_df["rating"])
 
 
 def _surprise_outputs(algo, testset):
@@ -127,13 +127,13 @@ def test_foreign_and_missing_files(tmp_path):
 def test_same_random_state_same_predictions_both_adapters(synthetic_data, synthetic_df):
     ts = synthetic_data.build_full_trainset()
     testset = ts.build_testset()[:200]
-    assert _surprise_outputs(MWGP(**FAST).fit(ts), testset) == _surprise_outputs(MWGP(**FAST).fit(ts), testset)
+    assert _surprise_outputs(MWGP(**FAST, **ON_CPU).fit(ts), testset) == _surprise_outputs(MWGP(**FAST, **ON_CPU).fit(ts), testset)
     X, y = synthetic_df[["user", "item"]], synthetic_df["rating"]
-    a = MWGPRegressor(**FAST).fit(X, y).predict(X.iloc[:200], return_std=True)
-    b = MWGPRegressor(**FAST).fit(X, y).predict(X.iloc[:200], return_std=True)
+    a = MWGPRegressor(**FAST, **ON_CPU).fit(X, y).predict(X.iloc[:200], return_std=True)
+    b = MWGPRegressor(**FAST, **ON_CPU).fit(X, y).predict(X.iloc[:200], return_std=True)
     np.testing.assert_array_equal(a[0], b[0])
     np.testing.assert_array_equal(a[1], b[1])
-    c = MWGPRegressor(**{**FAST, "random_state": 1}).fit(X, y).predict(X.iloc[:200])
+    c = MWGPRegressor(**{**FAST, **ON_CPU, "random_state": 1}).fit(X, y).predict(X.iloc[:200])
     assert not np.array_equal(a[0], c)
 
 

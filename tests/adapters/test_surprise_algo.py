@@ -11,7 +11,7 @@ from surprise.model_selection import GridSearchCV, KFold, cross_validate, train_
 
 from mogp_surprise import MWGP
 from mogp_surprise.core.errors import NotFittedError
-from tests.conftest import FAST, constant_rmse
+from tests.conftest import FAST, ON_CPU, constant_rmse
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +94,7 @@ def test_predict_dist_forms(fitted, split):
     post = fitted.posterior_
     index = torch.as_tensor(np.array([[trainset.to_inner_uid(u), trainset.to_inner_iid(i)]
                                       for u, i, _ in testset[:10]]))
-    noise = post.noise_var_at(index).double().numpy() * post.rating_std ** 2  # per user and item
+    noise = post.noise_var_at(index).double().cpu().numpy() * post.rating_std ** 2  # per user and item
     np.testing.assert_allclose(variances - latent, noise, rtol=1e-4)
     assert np.ptp(noise) > 0.01 * noise.mean()
     with pytest.raises(ValueError, match="same length"):
@@ -102,7 +102,7 @@ def test_predict_dist_forms(fitted, split):
 
 
 def test_fit_rebuilds_from_scratch(synthetic_data, split):
-    algo = MWGP(**FAST)
+    algo = MWGP(**FAST, **ON_CPU)  # two fits compared bit for bit
     algo.fit(split[0])
     first = algo.test(split[1][:20])
     small = synthetic_data.build_full_trainset()

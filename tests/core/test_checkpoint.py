@@ -8,6 +8,7 @@ import torch
 from mogp_surprise.core import MWGPConfig, fit_mwgp
 from mogp_surprise.core import trainer
 from mogp_surprise.core.checkpoint import Checkpointing
+from tests.conftest import ON_CPU
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -23,8 +24,9 @@ def data():
 
 
 def config(**changes) -> MWGPConfig:
+    """A resumed fit equals an uninterrupted one bit for bit: on the CPU (``ON_CPU``)."""
     return MWGPConfig(**{"n_inducing": 16, "n_epochs": 4, "random_state": 0, "batch_size": 256,
-                         "early_stopping": False, **changes})
+                         "early_stopping": False, **ON_CPU, **changes})
 
 
 class Stop(Exception):

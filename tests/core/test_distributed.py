@@ -23,7 +23,8 @@ from tests.core._modules import module as build, table
 WORKER = Path(__file__).with_name("_dp_worker.py")
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
                                 reason="this PyTorch build has no torch.distributed gloo backend")
-SMALL = {"n_inducing": 16, "random_state": 0, "early_stopping": False, "dtype": "float64"}
+#: gloo on the CPU (a GPU machine would train each rank on its one GPU: nccl needs one GPU per rank)
+SMALL = {"n_inducing": 16, "random_state": 0, "early_stopping": False, "dtype": "float64", "device": "cpu"}
 #: largest relative difference (float64) between a fit on two ranks and one on the union of their
 #: shards. The sums are formed in another order (each rank sums its shard, gloo adds the ranks'
 #: sums), and Adam's normalisation carries the last bits of small gradients into the parameters:
@@ -148,7 +149,7 @@ def test_cli_fit_under_torchrun_trains_one_model_that_loads_without_a_process_gr
     test &= np.isin(users, users[~test]) & np.isin(items, items[~test])
     lines = [f"u{u},i{i},{v:g}" for u, i, v in zip(users[~test], items[~test], r[~test])]
     (tmp_path / "train.csv").write_text("\n".join(lines) + "\n")
-    params = json.dumps({"n_epochs": 8})
+    params = json.dumps({"n_epochs": 8, "device": "cpu"})  # two ranks: gloo, also where one GPU is visible
 
     def rmse(model: Path) -> float:
         algo = MWGP.load(model)
@@ -179,7 +180,7 @@ def test_cli_fit_under_torchrun_reports_a_killed_rank_and_exits(tmp_path):
                "RANK": str(rank), "LOCAL_RANK": str(rank), "OMP_NUM_THREADS": "1", "MOGP_DIST_TIMEOUT": "30"}
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "mogp_surprise", "-v", "fit", "--ratings", str(tmp_path / "r.csv"),
-             "--out", str(tmp_path / "m.pt"), "--params", '{"n_epochs": 200, "batch_size": 256}',
+             "--out", str(tmp_path / "m.pt"), "--params", '{"n_epochs": 200, "batch_size": 256, "device": "cpu"}',
              "--no-progress"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     try:
         first = procs[0].stdout.readline()  # rank 0 announces the fit once the data are loaded
@@ -223,3 +224,15 @@ def test_touched_rows_are_the_minibatch_levels_and_skip_implicit_tables():
 def test_training_data_parallel_needs_a_process_group():
     with pytest.raises(ValueError, match="torchrun"):
         DataParallel.from_process_group()
+
+
+def test_more_ranks_than_gpus_is_refused_with_what_to_do(monkeypatch):
+    """nccl needs one GPU per process: a rank whose LOCAL_RANK has no GPU says so before joining (rather than
+    leaving the others to time out waiting for it)."""
+    from mogp_surprise.core.distributed import DistributedError, init_from_env
+
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr("torch.cuda.device_count", lambda: 1)
+    with pytest.raises(DistributedError, match=r"LOCAL_RANK=1 but its machine has 1 CUDA device.*--nproc-per-node 1"
+                                               r".*device='cpu'"):
+        init_from_env("cuda")

@@ -36,10 +36,10 @@ def test_each_gain_is_the_drop_of_the_laplace_catalogue_variance(posterior):
     q = ask(posterior, items, ratings, n=4, weights=weights)
     assert q.items.size == 4 and not set(q.items) & set(items) and len(set(q.items)) == 4
     ctx = context_for(posterior)
-    theta = torch.cat([torch.as_tensor(np.asarray(q.folded.raw[b.key])).reshape(-1) for b in ctx.blocks])
+    theta = torch.cat([torch.as_tensor(np.asarray(q.folded.raw[b.key])).reshape(-1) for b in ctx.blocks]).to(ctx.device)
     data = ctx.user_data(items, (ratings - ctx.rating_mean) / ctx.rating_std)
     jac, _ = ctx.mean_jacobian(ctx.catalogue_data(data), theta)
-    w = torch.as_tensor(weights / weights.sum())
+    w = torch.as_tensor(weights / weights.sum(), device=ctx.device)
     before = _weighted_variance(posterior, jac, w, ctx.laplace(data, theta)[1])
     assert q.variance_before == pytest.approx(before, rel=1e-9)
     for k in range(1, 5):  # the values of the answers do not matter: the precision does not depend on them

@@ -318,7 +318,7 @@ def test_a_default_model_fit_on_the_sparse_path_learns_and_resumes_exactly(monke
     # bias_reg=1: this rank-2 world has no biases, so the estimated prior ("auto") holds them at 0, and this short
     # fit's in-sample RMSE, the bound below, is then 1.11 (held out, 80/20, it is as good: 1.163 against 1.173)
     cfg = MWGPConfig(mf_rank=2, n_inducing=32, n_epochs=20, batch_size=200, random_state=0, early_stopping=False,
-                     mf_posterior=mf_posterior, bias_reg=1.0)
+                     mf_posterior=mf_posterior, bias_reg=1.0, device="cpu")  # resumed bit for bit: on the CPU
     monkeypatch.setattr(optim, "SPARSE_RATINGS_PER_BATCH", 0.0)
     monkeypatch.setattr(optim, "IMPLICIT_UPDATES", 4)
     whole = fit_mwgp(index, y, levels, cfg)
@@ -360,7 +360,7 @@ def test_packed_tables_train_as_separate_tables_and_resume_exactly(kernel, monke
     from .test_checkpoint import interrupted_and_resumed, same_posterior
 
     index, y, levels = _rank_two_ratings(3, n=1500, levels=(300, 150))
-    cfg = DEFAULT.replace(n_epochs=3, batch_size=50, random_state=0, early_stopping=False)
+    cfg = DEFAULT.replace(n_epochs=3, batch_size=50, random_state=0, early_stopping=False, device="cpu")  # bit for bit
     monkeypatch.setattr(optim, "SPARSE_ROWS_PER_BATCH", 0.0)
     if kernel == "torch":
         monkeypatch.setattr(optim, "row_kernel", lambda: None)

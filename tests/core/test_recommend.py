@@ -73,15 +73,15 @@ def test_means_alone_equal_the_full_predictive(posterior):
         mean_only, none = posterior.catalogue_moments(user, variance=False)
         mean, var = posterior.catalogue_moments(user)
         assert none is None
-        np.testing.assert_array_equal(mean_only.numpy(), mean.numpy())
+        np.testing.assert_array_equal(mean_only.cpu().numpy(), mean.cpu().numpy())
     res = top_n(posterior, np.array([2, -1]), n=5, strategy="mean")
     np.testing.assert_array_equal(res.score, res.mean)  # reported from the full predictive
     for user in (2, -1):  # each catalogue in one product: the batched values up to rounding
         mean, var = posterior.catalogue_moments(user)
         index = torch.as_tensor(np.stack([np.full(N_ITEMS, user), np.arange(N_ITEMS)], 1))
         ref_mean, ref_var = posterior.moments(index)
-        np.testing.assert_allclose(mean.numpy(), ref_mean.numpy(), rtol=1e-6)
-        np.testing.assert_allclose(var.numpy(), ref_var.numpy(), rtol=1e-4)
+        np.testing.assert_allclose(mean.cpu().numpy(), ref_mean.cpu().numpy(), rtol=1e-6)
+        np.testing.assert_allclose(var.cpu().numpy(), ref_var.cpu().numpy(), rtol=1e-4)
 
 
 def test_one_strategy_per_user(posterior):

@@ -21,8 +21,8 @@ def posterior():
 @pytest.mark.parametrize("user", [3, -1])
 def test_draws_have_the_predictive_mean_and_latent_variance(posterior, user):
     generator = torch.Generator().manual_seed(0)
-    draws = torch.stack([posterior.catalogue_draw(user, generator) for _ in range(6000)]).numpy()
-    mean, var = (t.numpy() for t in posterior.catalogue_moments(user, include_noise=False))
+    draws = torch.stack([posterior.catalogue_draw(user, generator) for _ in range(6000)]).cpu().numpy()
+    mean, var = (t.cpu().numpy() for t in posterior.catalogue_moments(user, include_noise=False))
     # an unseen user's predictive variance is widened by the cold-start calibration, which draws do not carry
     var = var / (posterior.cold_scale[1].item() if user < 0 else 1.0)
     np.testing.assert_allclose(draws.mean(0), mean, atol=5 * np.sqrt(var.max() / 6000))
@@ -34,22 +34,22 @@ def test_a_tempered_draw_has_the_predictive_mean_and_scale_squared_times_its_var
     """``scale`` s: every drawn deviation times s, so a known user's draws have s^2 times the posterior's
     variance (up to the bilinear term's product of two deviations, s^4), and s = 0 gives the predictive mean;
     an unseen user's drawn GP input enters the kernel nonlinearly: their variance shrinks, by more than s^2."""
-    mean, var = (t.numpy() for t in posterior.catalogue_moments(3, include_noise=False))
+    mean, var = (t.cpu().numpy() for t in posterior.catalogue_moments(3, include_noise=False))
     generator = torch.Generator().manual_seed(0)
-    np.testing.assert_allclose(posterior.catalogue_draw(3, generator, scale=0.0).numpy(), mean, rtol=1e-10)
-    draws = torch.stack([posterior.catalogue_draw(3, generator, scale=0.5) for _ in range(6000)]).numpy()
+    np.testing.assert_allclose(posterior.catalogue_draw(3, generator, scale=0.0).cpu().numpy(), mean, rtol=1e-10)
+    draws = torch.stack([posterior.catalogue_draw(3, generator, scale=0.5) for _ in range(6000)]).cpu().numpy()
     np.testing.assert_allclose(draws.mean(0), mean, atol=5 * np.sqrt(0.25 * var.max() / 6000))
     ratio = draws.var(0) / (0.25 * var)
     assert 0.85 < np.median(ratio) < 1.1 and ratio.max() < 1.25
-    full = torch.stack([posterior.catalogue_draw(-1, generator) for _ in range(3000)]).numpy().var(0)
-    half = torch.stack([posterior.catalogue_draw(-1, generator, scale=0.5) for _ in range(3000)]).numpy().var(0)
+    full = torch.stack([posterior.catalogue_draw(-1, generator) for _ in range(3000)]).cpu().numpy().var(0)
+    half = torch.stack([posterior.catalogue_draw(-1, generator, scale=0.5) for _ in range(3000)]).cpu().numpy().var(0)
     assert np.all(half < 0.3 * full)
 
 
 def test_a_draw_is_joint_across_items(posterior):
     """The user's parameters are drawn once per draw: items' draws are correlated through them."""
     generator = torch.Generator().manual_seed(1)
-    draws = torch.stack([posterior.catalogue_draw(-1, generator) for _ in range(3000)]).numpy()
+    draws = torch.stack([posterior.catalogue_draw(-1, generator) for _ in range(3000)]).cpu().numpy()
     corr = np.corrcoef(draws.T)[np.triu_indices(N_ITEMS, 1)]
     assert np.median(corr) > 0.2  # an unseen user's bias moves every item (independent draws: 0 +- 0.02)
 

@@ -58,6 +58,27 @@ def test_pickle_round_trip_gives_identical_predictions() -> None:
     assert restored.noise_var == post.noise_var
 
 
+def test_a_pickle_goes_back_to_its_device_where_the_machine_has_it(monkeypatch) -> None:
+    """A copy predicts as the original: unpickled onto the device it was pickled on (a GPU model stays on its GPU),
+    else onto the CPU (a GPU model read on a machine without one)."""
+    post = _post(_random_module())
+    state = post.__getstate__()
+    assert state["pickled_on"] == "cpu"
+    for elsewhere in ("cuda", "cuda:3"):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+        copy = MWGPPosterior.__new__(MWGPPosterior)
+        copy.__setstate__({**state, "pickled_on": elsewhere})
+        assert copy.device == torch.device("cpu")
+        _same_predictions(post, copy, _mixed_index())
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    moved = []
+    monkeypatch.setattr(MWGPPosterior, "to", lambda self, device=None, dtype=None: moved.append(device) or self)
+    MWGPPosterior.__new__(MWGPPosterior).__setstate__({**state, "pickled_on": "cuda:1"})
+    MWGPPosterior.__new__(MWGPPosterior).__setstate__({**state, "pickled_on": "cuda:3"})  # not on this machine
+    assert moved == [torch.device("cuda", 1)]
+
+
 @pytest.mark.parametrize("make", [_het_module, _mf_module], ids=["per-level-noise", "bilinear"])
 def test_every_term_survives_the_round_trip(make) -> None:
     post = _post(make(seed=3))

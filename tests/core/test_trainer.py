@@ -9,13 +9,15 @@ import torch
 
 from mogp_surprise.core import MWGPConfig, fit_mwgp
 from mogp_surprise.core.trainer import FitResult, validate_training_data, validation_split
+from tests.conftest import ON_CPU
 
 N_USERS, N_ITEMS, N_TRAIN, N_TEST = 60, 40, 1500, 300
 TRUE_NOISE_SD = 0.5
 LEVELS = (N_USERS, N_ITEMS)
-# small and fast (~1 s per fit on one core), enough to learn biases and most of the interaction
+# small and fast (~1 s per fit on one core), enough to learn biases and most of the interaction; on the CPU,
+# where two fits from one seed are identical bit for bit (the tests of determinism compare them so)
 CONFIG = MWGPConfig(n_inducing=16, latent_dim=2, n_epochs=60, batch_size=256, lr=0.05, random_state=0,
-                    early_stopping=False)  # the tests below choose it where they check it
+                    early_stopping=False, **ON_CPU)  # the tests below choose early stopping where they check it
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/core/conftest.py
@@ -348,7 +350,7 @@ def test_early_stopping_chooses_the_setting_with_the_best_validation_rmse() -> N
     df = make_synthetic_ratings(n_users=300, n_items=400, n_ratings=3000, random_state=0)
     index = np.stack([pd.factorize(df.user)[0], pd.factorize(df.item)[0]], axis=1)
     y, levels = df.rating.to_numpy(float), tuple(index.max(0) + 1)
-    config = MWGPConfig(random_state=0, n_epochs=6)
+    config = MWGPConfig(random_state=0, n_epochs=6, **ON_CPU)
     res = fit_mwgp(index, y, levels, config)
     tried = res.searched
     assert [c for c, _ in tried] == config.search_space(len(y)) and len(tried) == 4

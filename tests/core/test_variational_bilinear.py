@@ -170,12 +170,12 @@ def test_a_fit_uses_q_s_variances_and_they_shrink_with_a_levels_ratings(variatio
     # q's variances: below the prior's 1 / mf_reg, and smaller for users with more ratings
     assert float(users.laplace_var.max()) < 1.0 / MWGPConfig().mf_reg
     counts = np.bincount(index[:, 0], minlength=users.values.shape[0])
-    mean_var = users.laplace_var.mean(1).double().numpy()
+    mean_var = users.laplace_var.mean(1).double().cpu().numpy()
     assert np.corrcoef(counts, mean_var)[0, 1] < -0.5
     # an unseen user's factor: the spread of the learned means plus their average variance
     pop_mean, pop_var = users.population
     spread = users.values.double().var(0, unbiased=False)
-    np.testing.assert_allclose(pop_var.double().numpy(), (spread + users.laplace_var.double().mean(0)).numpy(),
+    np.testing.assert_allclose(pop_var.double().cpu().numpy(), (spread + users.laplace_var.double().mean(0)).cpu().numpy(),
                                rtol=1e-5)
 
 
@@ -192,7 +192,7 @@ def test_a_variational_fit_predicts_saves_and_folds_in(variational_fit, tmp_path
     assert fit_rmse < 0.97 * float(np.std(y)) and abs(fit_rmse - map_rmse) < 0.01
     path = tmp_path / "model.pt"
     torch.save(post.state_dict(), path)
-    loaded = MWGPPosterior.from_state_dict(torch.load(path))
+    loaded = MWGPPosterior.from_state_dict(torch.load(path)).to(device=post.device)  # saved as CPU tensors
     np.testing.assert_array_equal(loaded.predict(index[:50])[0], mean)
     np.testing.assert_array_equal(loaded.predict(index[:50])[1], var)
     # a new user folded in from the ratings of user 59: a Laplace variance of its own factor
