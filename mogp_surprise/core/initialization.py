@@ -11,7 +11,7 @@ and the kernel.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -32,6 +32,9 @@ class InitContext:
     generator: torch.Generator
     dtype: torch.dtype
     device: torch.device
+    #: what terms keep between the runs of one fit (early stopping's runs train on one part of the data): a term
+    #: stores what it forms from the data under its name and the data's fingerprint
+    shared: dict = field(default_factory=dict)
 
     def randn(self, shape: tuple[int, ...] | torch.Size) -> Tensor:
         """Standard normal draws from the seeded generator (on CPU, then moved: the same on every device)."""
@@ -79,11 +82,12 @@ def pca_embeddings(init: InitContext, width: int) -> tuple[Tensor | None, Tensor
 
 
 @torch.no_grad()
-def initialise(module: Any, index: Tensor, y: Tensor, method: str, generator: torch.Generator) -> None:
+def initialise(module: Any, index: Tensor, y: Tensor, method: str, generator: torch.Generator,
+               shared: dict | None = None) -> None:
     """Set the initial state of ``module`` (an :class:`~.model.MWGPModule`) in place from standardised
     training data (module docstring)."""
     dtype, device = module.dtype, module.device
-    init = InitContext(index, y, module.n_levels, method, generator, dtype, device)
+    init = InitContext(index, y, module.n_levels, method, generator, dtype, device, {} if shared is None else shared)
     for term in module.terms:
         term.initialise(init)
     for term in module.terms:

@@ -36,9 +36,10 @@ from .terms import Rows
 LaplaceVariances = dict[tuple[str, str], Tensor]
 
 
-def laplace_variances(module: MWGPModule, index: Tensor, jitter: float, chunk_size: int = 65536) -> LaplaceVariances:
+def laplace_variances(module: MWGPModule, index: Tensor, jitter: float, chunk_size: int = 65536,
+                      training: bool = False) -> LaplaceVariances:
     """The diagonal Laplace variance of every row of every table with ``laplace=True`` (module docstring),
-    from the training tuples ``index``."""
+    from the training tuples ``index`` (``training``: in the order the module was initialised on them)."""
     with torch.no_grad():
         terms = module.gp.whitened_terms(jitter)
         tables = {key: t.detach() for key, t in module.effective_tables().items()}
@@ -62,6 +63,9 @@ def laplace_variances(module: MWGPModule, index: Tensor, jitter: float, chunk_si
                     if (term.name, spec.name) in prec:
                         value = leaves[(term.name, spec.name)] = value.requires_grad_(True)
                     rows[spec.name] = Rows(value)
+                if term.reads_pairs:
+                    place = torch.arange(start, start + idx.shape[0], device=idx.device) if training else None
+                    rows.update(term.pair_rows(idx, term.fitted_extras(), place))
                 term.combine(rows, parts)
             # d E[y_n] / d rows: through the mean function by autograd, through E[f] = k(x_n)^T w by its closed form
             x = torch.cat([rows.value for rows in parts.inputs], dim=-1)

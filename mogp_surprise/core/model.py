@@ -244,7 +244,10 @@ class MWGPModule(nn.Module):
                       for term, spec, _ in direct}
         parts = self.empty_parts(batch.n)
         for term in self.terms:
-            term.combine({spec.name: Rows(values[(term.name, spec.name)]) for spec in term.trained_tables}, parts)
+            rows = {spec.name: Rows(values[(term.name, spec.name)]) for spec in term.trained_tables}
+            if term.reads_pairs:
+                rows.update(term.pair_rows(batch.index, term.fitted_extras(), batch.rows))
+            term.combine(rows, parts)
         return parts
 
     @torch.no_grad()

@@ -90,7 +90,8 @@ class MWGPPosterior:
                 tables[spec.name] = FittedTable(values, variance if embedding_uncertainty else None,
                                                 term.population(spec, values, variance))
             definition = type(term)(module.n_levels, term.options, parameters=False)
-            terms.append(FittedTerm(definition, tables, {k: f64(v) for k, v in term.fitted_extras().items()}))
+            extras = {k: f64(v) if v.is_floating_point() else v.detach() for k, v in term.fitted_extras().items()}
+            terms.append(FittedTerm(definition, tables, extras))
         state = PosteriorState(float(rating_mean), float(rating_std), f64(module.global_mean),
                                f64(module.noise_variance()), module.gp.fitted(jitter), terms,
                                torch.ones(2 ** module.n_factors, dtype=torch.float64, device=module.device),
@@ -226,6 +227,9 @@ class MWGPPosterior:
         widen = float(self.cold_scale[1])  # pattern 1: factor 0 (the user) unseen (predictive.predictive_moments)
         terms = []
         for fitted in self.state.terms:
+            if fitted.term.reads_pairs:  # what the users rated
+                fitted = replace(fitted, extras=fitted.term.extras_with_users(
+                    fitted.extras, [u.answers for u in users], rows, self.n_levels[0]))
             tables = dict(fitted.tables)
             for spec in fitted.term.user_tables:
                 key, old = f"{fitted.name}.{spec.name}", tables[spec.name]

@@ -63,6 +63,8 @@ def pattern_parts(state: PosteriorState, index: Tensor, unseen: tuple[bool, ...]
     for fitted in state.terms:
         rows = {spec.name: table_rows(fitted.tables[spec.name], index[:, spec.factor], unseen[spec.factor], n)
                 for spec in fitted.term.direct_tables}
+        if fitted.term.reads_pairs:
+            rows.update(fitted.term.pair_rows(index, fitted.extras))
         fitted.term.combine(rows, parts)
     return parts
 
@@ -133,8 +135,16 @@ def catalogue_moments(state: PosteriorState, psi: list, user: int,
                                        None if one.var is None else one.var.expand(n, *one.var.shape[1:]), one.unseen)
             else:
                 rows[spec.name] = Rows(table.values, table.laplace_var)
+        if fitted.term.reads_pairs:
+            rows.update(fitted.term.pair_rows(catalogue_index(user, n, level.device), fitted.extras))
         fitted.term.combine(rows, parts)
     return _moments_of_parts(state, psi, parts, int(unseen[0]), variance)
+
+
+def catalogue_index(user: int, n_items: int, device: torch.device) -> Tensor:
+    """The index tuples (n_items, 2) of one user (-1: unseen) with every item."""
+    items = torch.arange(n_items, device=device)
+    return torch.stack([torch.full_like(items, user), items], dim=1)
 
 
 def _rows_moments(state: PosteriorState, psi: list, index: Tensor, unseen: tuple[bool, ...],

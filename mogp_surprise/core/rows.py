@@ -15,11 +15,13 @@ from torch import Tensor
 
 class Batch:
     """Index tuples (n, F) of one minibatch, and how the tables' rows are read for it (``sparse``: with
-    row-sparse gradients)."""
+    row-sparse gradients). ``rows``: where the tuples are training ratings, their positions in the training data
+    the module was initialised on (a term may read inputs it formed for them then)."""
 
-    def __init__(self, index: Tensor, sparse: bool = False) -> None:
+    def __init__(self, index: Tensor, sparse: bool = False, rows: Tensor | None = None) -> None:
         self.index = index
         self.sparse = sparse
+        self.rows = rows
         self._levels: dict[int, tuple[Tensor, Tensor]] = {}
 
     @property

@@ -22,7 +22,7 @@ from .gp import FittedGP
 from .linalg import safe_cholesky
 from .state import PosteriorState
 from .terms import RatingParts, Rows
-from .predictive import predictive
+from .predictive import catalogue_index, predictive
 
 __all__ = ["weight_sampler", "catalogue_draw"]
 
@@ -86,6 +86,10 @@ def catalogue_draw(state: PosteriorState, user: int, sampler: tuple[Tensor, Tens
             else:
                 rows_drawn[spec.name] = Rows(_drawn(table.values, table.laplace_var, generator, scale))
                 rows_fixed[spec.name] = Rows(table.values, table.laplace_var)
+        if fitted.term.reads_pairs:  # the pair inputs are data: the same in both
+            pairs = fitted.term.pair_rows(catalogue_index(user, n, device), fitted.extras)
+            rows_drawn.update(pairs)
+            rows_fixed.update(pairs)
         fitted.term.combine(rows_drawn, drawn)
         fitted.term.combine(rows_fixed, fixed)
     gp = state.gp

@@ -63,7 +63,8 @@ class PairPredictor:
                 pop = table.population
                 population = None if pop is None else Rows(_np(pop[0])[None], _np(pop[1])[None], unseen=True)
                 tables.append((spec.name, spec.factor, _np(table.values), _np(table.laplace_var), population))
-            self.terms.append((fitted.term, tables))
+            pairs = {k: _np(v) for k, v in fitted.extras.items()} if fitted.term.reads_pairs else None
+            self.terms.append((fitted.term, tables, pairs))
         # the GP: inducing inputs, lengthscales, output scale, w, M; per pattern of unseen factors (lazily) the
         # augmented inducing inputs of the known factors' dimensions and the unseen factors' psi products
         self._z = _np(gp.inducing)
@@ -113,8 +114,8 @@ class PairPredictor:
         pattern = sum(1 << f for f in range(self.n_factors) if index[f] < 0)
         parts = RatingParts(mean=self.global_mean, log_noise_base=self.log_noise_base,
                             inputs=[None] * self.n_factors)
-        for term, tables in self.terms:
-            rows = {}
+        for term, tables, pairs in self.terms:
+            rows = {} if pairs is None else term.pair_rows(np.asarray([index]), pairs)
             for name, factor, values, laplace_var, population in tables:
                 level = index[factor]
                 if level < 0:

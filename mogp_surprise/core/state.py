@@ -189,6 +189,9 @@ class FoldedUser:
         rather than diagonal (the ``variances`` are those of the diagonal approximation, as for trained users).
     layout : list of (str, int)
         ``"term.table"`` and width of each block of ``covariance``, in order.
+    answers : tuple of (ndarray, ndarray), optional
+        The inner items and standardised ratings folded in: a term that reads what the user rated
+        (:attr:`~.terms.Term.reads_pairs`) serves the user from them.
     """
 
     rows: dict[str, Any]
@@ -199,6 +202,7 @@ class FoldedUser:
     n_iter: int = 0
     covariance: Any = None
     layout: list = field(default_factory=list)
+    answers: tuple | None = None
 
     @property
     def cold(self) -> bool:

@@ -125,7 +125,7 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
                        parallel is None or parallel.is_main)
     resumed = saver.resume() if saver is not None else None
     common = dict(n_levels=n_levels, config=config, gen=gen, batch=batch, device=device, parallel=parallel,
-                  saver=saver)
+                  saver=saver, shared={})
 
     validation: list[float] = []
     stop_after = config.n_epochs
@@ -143,7 +143,7 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
                  resumed=resumed, phase={"phase": "final", "stop_after": stop_after, "validation": validation,
                                          "chosen": chosen, "tried": tried})
     module = run.module
-    laplace = laplace_variances(module, idx_t.to(device), config.jitter, config.chunk_size)
+    laplace = laplace_variances(module, idx_t.to(device), config.jitter, config.chunk_size, training=True)
     posterior = MWGPPosterior.from_module(module, rating_mean, rating_std, config.jitter, config.chunk_size,
                                           laplace=laplace, embedding_uncertainty=config.embedding_uncertainty)
     # unseen users / items: their latent variance calibrated on the training ratings (leave-one-out)
@@ -210,7 +210,8 @@ class _Run:
 def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], config: MWGPConfig,
            gen: torch.Generator, batch: int, device: torch.device, parallel: DataParallel | None = None,
            saver: "_Saver | None" = None, validation: tuple[torch.Tensor, torch.Tensor] | None = None,
-           stop_after: int | None = None, resumed: dict | None = None, phase: dict | None = None) -> _Run:
+           stop_after: int | None = None, resumed: dict | None = None, phase: dict | None = None,
+           shared: dict | None = None) -> _Run:
     """Initialise a module on (idx_t, y_t) and run Adam with the schedule of ``config.n_epochs`` epochs,
     stopped after ``stop_after`` epochs (default: all).
 
@@ -219,13 +220,14 @@ def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], co
     plateau for several epochs before the GP's inputs take over, and a cosine schedule often
     gives its best epochs last). ``parallel``: this process computes the gradient of its shard of
     every minibatch and the shards' gradients are summed. ``saver`` checkpoints the state (tagged
-    with ``phase``), ``resumed`` is a checkpoint of this run to continue from.
+    with ``phase``), ``resumed`` is a checkpoint of this run to continue from. ``shared``: what the terms keep
+    between the runs of one fit (:attr:`~.initialization.InitContext.shared`).
     """
     n = idx_t.shape[0]
     dtype = y_t.dtype
     module = MWGPModule.from_config(config, tuple(n_levels)).to(dtype=dtype)
     module.set_implicit_graph(idx_t)
-    initialise(module, idx_t, y_t, config.init, gen)
+    initialise(module, idx_t, y_t, config.init, gen, shared)
     if parallel is not None:
         parallel.broadcast_module(module)
     module = module.to(device)
@@ -281,7 +283,7 @@ def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], co
             size = min(start + batch, n) - start
             mine = rows if parallel is None else parallel.shard(rows)
             # the Gaussian priors of embeddings, factors and biases enter through the optimiser (optim.py)
-            loss = -elbo(module, Batch(idx_t[mine], module.sparse_rows), y_t[mine], n, config.jitter,
+            loss = -elbo(module, Batch(idx_t[mine], module.sparse_rows, order[mine]), y_t[mine], n, config.jitter,
                          config.kl_weight, batch_size=size, share=share) / n
             optimizer.zero_grad()
             loss.backward()

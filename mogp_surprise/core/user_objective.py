@@ -56,6 +56,8 @@ class UserData:
     item_kernel: Tensor | None = None  # (n, m): the items' factor of every kernel row, times the output scale
     prior_center: Tensor | None = None  # (d,): the mean of the Gaussian priors on the raw rows
     extra_variance: Tensor | None = None  # (n,): J Sigma J^T of every rating, held fixed (foldin's expected residuals)
+    answers: tuple[Tensor, Tensor] | None = None  # the user's rated items and standardised ratings
+    pair_rows: dict[int, dict[str, Rows]] | None = None  # term position -> its pair inputs of the n ratings
 
 
 class FoldInContext:
@@ -131,6 +133,8 @@ class FoldInContext:
             implicit[block.key] = total if block.spec.width else total[0]
         data = UserData(int(items.size), torch.as_tensor(y, dtype=torch.float64, device=self.device), item_rows,
                         implicit)
+        data.answers = (idx, data.y)
+        data.pair_rows = self.pair_rows(idx, data.answers)
         # the mean of the Gaussian priors on the raw rows: the population's minus the implicit sum, or 0
         data.prior_center = torch.zeros(self.dim, dtype=torch.float64, device=self.device)
         if self.prior == "population":
@@ -144,6 +148,11 @@ class FoldInContext:
         r = self.state.gp.input_width
         data.item_kernel = self.kernel.block(torch.arange(r, 2 * r, device=self.device)).cross(x, self.inducing[:, r:])
         return data
+
+    def pair_rows(self, items: Tensor, answers: tuple[Tensor, Tensor]) -> dict[int, dict[str, Rows]]:
+        """The pair inputs of the user with ``items`` (:meth:`~.terms.Term.user_pair_rows`), from the answers."""
+        return {position: fitted.term.user_pair_rows(items, answers, fitted.extras)
+                for position, fitted in enumerate(self.state.terms) if fitted.term.reads_pairs}
 
     # -- the objective --------------------------------------------------------------------------------------
     def parts(self, data: UserData, theta: Tensor) -> RatingParts:
@@ -161,6 +170,8 @@ class FoldInContext:
             for spec in fitted.term.direct_tables:
                 if spec.factor != 0:
                     rows[spec.name] = Rows(data.item_rows[(position, spec.name)])
+            if data.pair_rows:
+                rows.update(data.pair_rows.get(position, {}))
             fitted.term.combine(rows, parts)
         return parts
 
@@ -246,7 +257,11 @@ class FoldInContext:
         are formed once per context, the user's implicit sums and prior are those of ``data``."""
         if self._catalogue is None:
             self._catalogue = self.user_data(np.arange(self.n_items), np.zeros(self.n_items))
-        return replace(self._catalogue, implicit=data.implicit, prior_center=data.prior_center)
+        pairs = None
+        if data.answers is not None and any(t.term.reads_pairs for t in self.state.terms):
+            pairs = self.pair_rows(torch.arange(self.n_items, device=self.device), data.answers)
+        return replace(self._catalogue, implicit=data.implicit, prior_center=data.prior_center, answers=data.answers,
+                       pair_rows=pairs)
 
     def laplace(self, data: UserData, theta: Tensor, with_jacobian: bool = False):
         """The Gauss-Newton posterior of the user's Laplace entries at ``theta``: the diagonal variances per
@@ -320,7 +335,7 @@ def _light_state(state: PosteriorState) -> PosteriorState:
     """What fold-in reads of a posterior's state, in float64 where it is small (the GP, the populations and
     extras); the tables stay as they are (fold-in converts the rows it gathers)."""
     def f64(t: Tensor) -> Tensor:
-        return t.to(torch.float64)
+        return t.to(torch.float64) if t.is_floating_point() else t
     terms = [FittedTerm(t.term, {name: FittedTable(table.values, None, None if table.population is None else
                                                    (f64(table.population[0]), f64(table.population[1])))
                                  for name, table in t.tables.items()}, {k: f64(v) for k, v in t.extras.items()})

@@ -275,6 +275,30 @@ class Term(nn.Module):
         """Fitted values besides the tables that prediction or fold-in need (saved with the model)."""
         return {}
 
+    # -- inputs of a (user, item) pair rather than of a level ------------------------------------------------
+    #: :meth:`combine` also reads inputs of each rating's pair (e.g. what the user rated among the item's
+    #: neighbours), which :meth:`pair_rows` forms from the term's fitted extras
+    reads_pairs: ClassVar[bool] = False
+
+    def pair_rows(self, index: Any, extras: dict[str, Any], rows: Tensor | None = None) -> dict[str, Rows]:
+        """The pair inputs of index tuples (n, F) (-1: unseen), from the fitted extras (torch tensors, or numpy
+        arrays on the one-pair serving path), keyed as :meth:`combine` reads them. ``rows``: in training, the
+        tuples' positions in the data the term was initialised on. Default: none."""
+        return {}
+
+    def user_pair_rows(self, items: Tensor, answers: tuple[Tensor, Tensor], extras: dict[str, Tensor]
+                       ) -> dict[str, Rows]:
+        """The pair inputs of one user who is not in the fitted extras (fold-in), with ``items`` (n,), from the
+        user's ``answers`` (inner items, standardised ratings). Default: none."""
+        return {}
+
+    def extras_with_users(self, extras: dict[str, Tensor], answers: list[tuple[np.ndarray, np.ndarray] | None],
+                          rows: np.ndarray | None, n_users: int) -> dict[str, Tensor]:
+        """The extras of a posterior whose users ``rows`` (None: appended after the ``n_users`` known ones) are
+        folded-in users with these ``answers`` (inner items, standardised ratings; None: not kept). Default:
+        unchanged."""
+        return extras
+
     # -- fold-in (one user's rows, everything else fixed) ---------------------------------------------------
     #: a folded-in user's row of each user table has a Gaussian prior: "population", N(population mean, variance)
     #: on the effective row (implicit sum included); "model", the table's N(0, 1 / prior_precision) on the raw

@@ -1,0 +1,245 @@
+"""The neighbourhood term (Koren's global neighbourhood model): its inputs against a direct computation, and every
+path that reads them (training, batched and one-pair prediction, the catalogue, fold-in, saving)."""
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from mogp_surprise.core import MWGPConfig, MWGPPosterior, fit_mwgp
+from mogp_surprise.core.foldin import fold_in
+from mogp_surprise.core.initialization import InitContext
+from mogp_surprise.core.terms import RatingParts
+from mogp_surprise.core.terms.bias import Bias
+from mogp_surprise.core.terms.neighbourhood import Neighbourhood
+
+N_USERS, N_ITEMS = 40, 45
+CONFIG = dict(n_inducing=16, latent_dim=2, mf_rank=2, n_epochs=4, random_state=0, early_stopping=False,
+              extra_terms=("neighbourhood",))
+
+
+def _ratings(seed: int = 0, n: int = 900):
+    rng = np.random.default_rng(seed)
+    pairs = np.unique(np.stack([rng.integers(0, N_USERS, n), rng.integers(0, N_ITEMS, n)], 1), axis=0)
+    pairs[:N_USERS, 0], pairs[:N_ITEMS, 1] = np.arange(N_USERS), np.arange(N_ITEMS)  # every level rated
+    pairs = np.unique(pairs, axis=0)
+    a, b = rng.normal(size=(N_USERS, 2)), rng.normal(size=(N_ITEMS, 2))
+    y = np.clip(np.round(3 + (a[pairs[:, 0]] * b[pairs[:, 1]]).sum(1) + rng.normal(0, 0.5, len(pairs))), 1, 5)
+    return pairs, y
+
+
+@pytest.fixture(scope="module")
+def data():
+    return _ratings()
+
+
+@pytest.fixture(scope="module")
+def term(data):
+    index, y = data
+    t = Neighbourhood.from_config(MWGPConfig(**CONFIG), (N_USERS, N_ITEMS)).double()
+    init = InitContext(torch.as_tensor(index), torch.as_tensor((y - y.mean()) / y.std()), (N_USERS, N_ITEMS), "pca",
+                       torch.Generator().manual_seed(0), torch.float64, torch.device("cpu"))
+    t.initialise_from_data(init)
+    return t, init
+
+
+def _direct(index, y_std, init, k, shrink):
+    """The residuals, each item's neighbours and similarities, by loops over a dense matrix."""
+    bias = Bias((N_USERS, N_ITEMS), {"bias_reg": "auto"}).double()
+    bias.initialise_from_data(init)
+    e = np.zeros((N_USERS, N_ITEMS))
+    rated = np.zeros((N_USERS, N_ITEMS), bool)
+    for (u, i), v in zip(index, y_std):
+        e[u, i] = v - float(bias.bias_0[u].detach()) - float(bias.bias_1[i].detach())
+        rated[u, i] = True
+    sim = np.full((N_ITEMS, N_ITEMS), -np.inf)
+    for i in range(N_ITEMS):
+        for j in range(N_ITEMS):
+            if i != j:
+                common = float((rated[:, i] & rated[:, j]).sum())
+                cos = (e[:, i] @ e[:, j]) / (np.linalg.norm(e[:, i]) * np.linalg.norm(e[:, j]) + 1e-9)
+                sim[i, j] = cos * common / (common + shrink)
+    return e, rated, sim
+
+
+def test_the_inputs_are_the_neighbours_residuals_the_user_rated(data, term):
+    index, y = data
+    t, init = term
+    k = t.options["neighbours"]
+    e, rated, sim = _direct(index, init.y.numpy(), init, k, t.options["shrink"])
+    neighbours = t.fitted_extras()["neighbours"].numpy()
+    for i in range(N_ITEMS):  # the k most similar (the k-th's similarity is at least every other's)
+        chosen = sim[i, neighbours[i]]
+        others = np.delete(sim[i], np.concatenate([neighbours[i], [i]]))
+        assert chosen.min() >= others.max() - 1e-9
+        np.testing.assert_allclose(np.sort(chosen)[::-1], np.sort(sim[i])[::-1][:k], rtol=1e-6)
+    rng = np.random.default_rng(1)
+    query = np.stack([rng.integers(-1, N_USERS, 300), rng.integers(-1, N_ITEMS, 300)], 1)
+    rows = t.pair_rows(torch.as_tensor(query), t.fitted_extras())
+    near, hit = rows["near_residual"].value.numpy(), rows["near_rated"].value.numpy()
+    for (u, i), n_row, h_row in zip(query, near, hit):
+        if u < 0 or i < 0:
+            assert not h_row.any() and not n_row.any()
+            continue
+        np.testing.assert_array_equal(h_row, rated[u, neighbours[i]])
+        np.testing.assert_allclose(n_row, np.where(rated[u, neighbours[i]], e[u, neighbours[i]], 0.0), atol=1e-6)
+    # training reads the inputs formed before training for its ratings (by position): the same
+    positions = t.pair_rows(torch.as_tensor(index), t.fitted_extras(), torch.arange(len(index)))
+    searched = t.pair_rows(torch.as_tensor(index), t.fitted_extras())
+    assert searched["near_rated"].value.sum() > 0
+    for name in ("near_residual", "near_rated"):
+        np.testing.assert_array_equal(positions[name].value.numpy(), searched[name].value.numpy())
+    # the numpy path of one-pair serving gives the same inputs
+    as_np = {key: value.numpy() for key, value in t.fitted_extras().items()}
+    again = t.pair_rows(query, as_np)
+    np.testing.assert_array_equal(again["near_rated"].value, hit)
+    np.testing.assert_allclose(again["near_residual"].value, near)
+
+
+def test_the_mean_adds_the_normalised_sums(term):
+    """|R|^-1/2 sum_j (e_uj w_ik(j) + c_ik(j)) over the neighbours the user rated, 0 where none is."""
+    t, _ = term
+    rng = np.random.default_rng(2)
+    near = torch.as_tensor(rng.normal(size=(6, 3)))
+    rated = torch.as_tensor([[1, 0, 1], [0, 0, 0], [1, 1, 1], [0, 1, 0], [1, 0, 0], [0, 0, 1]], dtype=torch.float64)
+    near = near * rated
+    w, c = torch.as_tensor(rng.normal(size=(6, 3))), torch.as_tensor(rng.normal(size=(6, 3)))
+    from mogp_surprise.core.terms import Rows
+
+    parts = RatingParts(mean=torch.zeros(6, dtype=torch.float64), log_noise_base=torch.zeros(()), inputs=[None, None])
+    t.combine({"near_residual": Rows(near), "near_rated": Rows(rated), "weight": Rows(w), "offset": Rows(c)}, parts)
+    want = [(near[n] * w[n] + rated[n] * c[n]).sum() / max(float(rated[n].sum()), 1.0) ** 0.5 for n in range(6)]
+    np.testing.assert_allclose(parts.mean.numpy(), torch.stack(want).numpy(), rtol=1e-12)
+    assert parts.mean[1] == 0.0 and parts.mean_var is None
+    # with the tables' Laplace variances: the variance of that linear function of independent entries
+    vw, vc = torch.as_tensor(rng.uniform(0.1, 1, (6, 3))), torch.as_tensor(rng.uniform(0.1, 1, (6, 3)))
+    parts = RatingParts(mean=torch.zeros(6, dtype=torch.float64), log_noise_base=torch.zeros(()), inputs=[None, None])
+    t.combine({"near_residual": Rows(near), "near_rated": Rows(rated), "weight": Rows(w, vw), "offset": Rows(c, vc)},
+              parts)
+    g = torch.Generator().manual_seed(5)
+    w_draw = w + vw.sqrt() * torch.randn(40000, 6, 3, generator=g, dtype=torch.float64)
+    c_draw = c + vc.sqrt() * torch.randn(40000, 6, 3, generator=g, dtype=torch.float64)
+    draws = (near * w_draw + rated * c_draw).sum(-1) / (rated.sum(1) + (rated.sum(1) == 0)).sqrt()
+    np.testing.assert_allclose(parts.mean_var.numpy(), draws.var(0).numpy(), rtol=0.05)
+    assert parts.mean_var[1] == 0.0
+
+
+@pytest.fixture(scope="module")
+def fitted(data):
+    index, y = data
+    return fit_mwgp(index, y, (N_USERS, N_ITEMS), MWGPConfig(**CONFIG, dtype="float64")).posterior
+
+
+def test_a_fit_trains_the_tables_and_every_path_predicts_alike(fitted):
+    weight = fitted.term("neighbourhood").tables["weight"].values
+    assert weight.abs().max() > 1e-3  # trained away from the prior's 0
+    rng = np.random.default_rng(3)
+    index = np.stack([rng.integers(-1, N_USERS, 200), rng.integers(-1, N_ITEMS, 200)], 1)
+    mean, var = fitted.predict(index)
+    assert np.isfinite(mean).all() and (var > 0).all()
+    one = np.array([fitted.predict_pair(tuple(int(v) for v in row)) for row in index])
+    assert fitted._pair_predictor is not None  # the numpy path serves a model with the term
+    np.testing.assert_allclose(one[:, 0], mean, rtol=1e-10)
+    np.testing.assert_allclose(one[:, 1], var, rtol=1e-10)
+    for user in (0, 7, -1):
+        cm, cv = fitted.catalogue_moments(user)
+        m, v = fitted.predict(np.stack([np.full(N_ITEMS, user), np.arange(N_ITEMS)], 1))
+        np.testing.assert_allclose(cm.numpy(), m, rtol=1e-10)
+        np.testing.assert_allclose(cv.numpy(), v, rtol=1e-8)
+
+
+def test_the_term_changes_the_predictions_of_known_pairs(fitted):
+    """Without the term's part the known pairs' means move (the check above could not see a term that adds 0)."""
+    index = np.stack([np.arange(N_USERS), np.arange(N_USERS) % N_ITEMS], 1)
+    mean, _ = fitted.predict(index)
+    state = fitted.state
+    term = state.term("neighbourhood")
+    zero = {**term.extras, "graph_keys": term.extras["graph_keys"][:0], "graph_residuals": term.extras["graph_residuals"][:0]}
+    from dataclasses import replace
+
+    terms = [replace(t, extras=zero) if t.name == "neighbourhood" else t for t in state.terms]
+    alone, _ = MWGPPosterior(replace(state, terms=terms)).predict(index)
+    assert np.abs(alone - mean).max() > 1e-3
+
+
+def test_it_saves_loads_and_pickles_identically(fitted):
+    index = np.stack([np.arange(N_USERS), np.arange(N_USERS) % N_ITEMS], 1)
+    want = fitted.predict(index)
+    for copy in (MWGPPosterior.from_state_dict(fitted.state_dict()), pickle.loads(pickle.dumps(fitted))):
+        for a, b in zip(copy.predict(index), want):
+            np.testing.assert_array_equal(a, b)
+    saved = next(t for t in fitted.state_dict()["terms"] if t["name"] == "neighbourhood")
+    assert saved["extras"]["graph_keys"].dtype == torch.int64 and saved["extras"]["neighbours"].dtype == torch.int64
+
+
+def test_a_folded_user_is_served_from_the_answers(data, fitted):
+    """A new user's answers become the user's graph row: the folded posterior's mean of an item equals fold-in's
+    own objective's mean (the same pair inputs), and differs from the same user without the answers' residuals."""
+    index, y = data
+    rng = np.random.default_rng(4)
+    items = rng.choice(N_ITEMS, 8, replace=False)
+    answers = rng.integers(1, 6, 8).astype(float)
+    user = fold_in(fitted, items, answers)
+    assert user.answers is not None and list(user.answers[0]) == list(items)
+    post = fitted.with_extra_users([user])
+    new = N_USERS
+    query = np.stack([np.full(N_ITEMS, new), np.arange(N_ITEMS)], 1)
+    mean, _ = post.predict(query)
+    one = np.array([post.predict_pair((new, j))[0] for j in range(N_ITEMS)])
+    np.testing.assert_allclose(one, mean, rtol=1e-10)
+    # fold-in's objective saw the same inputs: its mean of the rated items equals the served one
+    from mogp_surprise.core.user_objective import context_for
+
+    ctx = context_for(fitted)
+    data_u = ctx.user_data(items, (answers - ctx.rating_mean) / ctx.rating_std)
+    theta = torch.cat([torch.as_tensor(np.asarray(user.raw[b.key])).reshape(-1) for b in ctx.blocks])
+    parts = ctx.parts(data_u, theta)
+    assert data_u.pair_rows and data_u.pair_rows[next(iter(data_u.pair_rows))]["near_rated"].value.sum() > 0
+    f_mean, _ = ctx.f_moments(data_u, parts)
+    np.testing.assert_allclose((parts.mean + f_mean).numpy() * fitted.rating_std + fitted.rating_mean,
+                               post.predict(np.stack([np.full(8, new), items], 1))[0], rtol=1e-8)
+    # a re-folded known user replaces their graph row
+    mine = index[:, 0] == 3
+    again = fitted.with_replaced_users([3], [fold_in(fitted, index[mine, 1], y[mine])])
+    keys = again.term("neighbourhood").extras["graph_keys"]
+    assert torch.equal(keys, fitted.term("neighbourhood").extras["graph_keys"])
+
+
+def test_ask_and_thompson_draws_work_with_the_term(fitted):
+    from mogp_surprise.core.elicit import ask
+    from mogp_surprise.core.recommend import top_n
+
+    q = ask(fitted, np.array([0, 3]), np.array([4.0, 2.0]), n=3)
+    assert len(set(q.items)) == 3 and np.isfinite(q.gain).all()
+    res = top_n(fitted, np.array([1, -1]), n=5, strategy="thompson", random_state=0)
+    assert res.items.shape == (2, 5)
+
+
+def test_both_adapters_fit_fold_in_recommend_ask_save_and_load(tmp_path):
+    """What a user does with the term switched on, through the adapters."""
+    import pandas as pd
+
+    from mogp_surprise import MWGP, MWGPRegressor
+    from mogp_surprise.datasets import to_surprise_dataset
+
+    index, y = _ratings(1)
+    df = pd.DataFrame({"user": [f"u{u}" for u in index[:, 0]], "item": [f"i{i}" for i in index[:, 1]], "rating": y})
+    params = {**CONFIG, "extra_terms": ["neighbourhood"]}
+    algo = MWGP(**params).fit(to_surprise_dataset(df, rating_scale=(1, 5)).build_full_trainset())
+    answers = {"i1": 5.0, "i2": 1.0, "i3": 4.0}
+    on_the_fly = algo.recommend("newcomer", n=5, ratings=answers)
+    assert not set(on_the_fly["item"]) & set(answers) and len(on_the_fly) == 5
+    assert len(algo.ask("newcomer", n=3, ratings=answers)) == 3
+    algo.fold_in("newcomer", answers)
+    folded = algo.predict_dist(["newcomer"] * 4, ["i4", "i5", "i6", "i7"])
+    algo.save(tmp_path / "m.pt")
+    again = MWGP.load(tmp_path / "m.pt")
+    for a, b in zip(again.predict_dist(["newcomer"] * 4, ["i4", "i5", "i6", "i7"]), folded):
+        np.testing.assert_array_equal(a, b)
+    assert again.predict("u3", "i4").est == algo.predict("u3", "i4").est
+    est = MWGPRegressor(**params).fit(df[["user", "item"]], df["rating"])
+    X = df[["user", "item"]].iloc[:50]
+    for a, b in zip(pickle.loads(pickle.dumps(est)).predict_dist(X), est.predict_dist(X)):
+        np.testing.assert_array_equal(a, b)
