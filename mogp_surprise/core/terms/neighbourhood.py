@@ -167,8 +167,11 @@ class Neighbourhood(Term):
             k, r = self._user_graph(rated, y, extras, int(place))
             new_keys.append(k)
             new_residuals.append(r.to(residuals.dtype))
-        keys, order = torch.sort(torch.cat(new_keys))
-        return {**extras, "graph_keys": keys, "graph_residuals": torch.cat(new_residuals)[order]}
+        keys, residuals = torch.cat(new_keys), torch.cat(new_residuals)
+        if rows is not None:  # appended users come after every known one, each sorted: no sort needed
+            keys, order = torch.sort(keys)
+            residuals = residuals[order]
+        return {**extras, "graph_keys": keys, "graph_residuals": residuals}
 
 
 #: the fitted extras saved with the model (module docstring)
