@@ -9,14 +9,15 @@
 - e_uj is the residual of u's rating of j after the biases' closed-form start. That start is empirical Bayes,
   as the bias term starts (:meth:`~.bias.Bias.initialise_from_data`). It is fixed before training.
 - w and c are item tables of width K (``weight``, ``offset``), trained with the rest under the prior
-  N(0, 1 / ``PRIOR``). They have no Laplace variance: the term adds to the mean only.
+  N(0, 1 / ``PRIOR``). Their diagonal Laplace variances enter a known pair's predictive variance,
+  |R|^-1 sum_{j in R} (e_uj^2 v_w + v_c).
 
 Switch it on with ``MWGPConfig(extra_terms=("neighbourhood",))``.
 
-Measured on the recorded 5 folds (``docs/history.md``), against the defaults:
+Measured on the recorded 5 folds (``docs/model.md``), against the defaults:
 
-- ML-1M: RMSE 0.8289 -> 0.8242, NLL 1.1954 -> 1.1921, 90 % coverage 0.891 -> 0.884;
-- ML-100K: 0.8810 -> 0.8784.
+- ML-1M: RMSE 0.8289 -> 0.8241, NLL 1.1954 -> 1.1903, 90 % coverage 0.891 -> 0.888;
+- ML-100K: 0.8810 -> 0.8784, NLL 1.2579 -> 1.2561.
 
 A rating's pair inputs (e_uj and whether u rated j, for i's K neighbours) are looked up in the training
 ratings, kept with the model. The fitted extras hold:
@@ -30,8 +31,10 @@ A folded-in user's answers become the user's row of that graph. Their residuals 
 a user bias shrunk as in the start.
 
 Cost. The similarity is (items x users) sparse products, in blocks of items: about (ratings x items)
-multiply-adds, before training. Memory: the training ratings once more, plus 2 K floats per item. A step looks up
-K pairs per rating (a binary search in the sorted keys).
+multiply-adds, before training. Memory: the training ratings once more, plus 2 K floats per item. In training,
+the place in the graph of every training rating's K neighbours is formed once per fit (4 bytes each) and a step
+reads them by the ratings' positions. Any other pair looks its K neighbours up by binary search in the sorted
+keys.
 """
 from __future__ import annotations
 
