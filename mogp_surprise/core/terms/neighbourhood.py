@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -107,7 +108,7 @@ class Neighbourhood(Term):
         index, dtype = init.index, torch.float64
         n_users, n_items = self.n_levels
         bias = Bias(self.n_levels, {"bias_reg": "auto"}).to(device=init.device, dtype=dtype)
-        bias.initialise_from_data(_with_dtype(init, dtype))
+        bias.initialise_from_data(replace(init, dtype=dtype))
         b_user, b_item = bias.table("bias_0").detach(), bias.table("bias_1").detach()
         y = init.y.to(dtype)
         residual = y - b_user[index[:, 0]] - b_item[index[:, 1]]
@@ -202,12 +203,6 @@ def _positions(index: Tensor, neighbours: Tensor, keys: Tensor, n_items: int, ch
     return out
 
 
-def _with_dtype(init: Any, dtype: torch.dtype) -> Any:
-    from dataclasses import replace
-
-    return replace(init, dtype=dtype)
-
-
 def _neighbours(index: Tensor, residual: Tensor, n_levels: tuple[int, ...], k: int, shrink: float) -> Tensor:
     """Each item's k most similar items (module docstring), (items, k) int64; -1 where an item has fewer than
     k others."""
@@ -217,9 +212,9 @@ def _neighbours(index: Tensor, residual: Tensor, n_levels: tuple[int, ...], k: i
     # (items x users) sparse matrices of the residuals and of who rated what (float64: sums of many products)
     coords = torch.stack([items, users])
     e = torch.sparse_coo_tensor(coords, residual, (n_items, n_users), check_invariants=False).coalesce()
-    r = torch.sparse_coo_tensor(coords, torch.ones_like(residual), (n_items, n_users), check_invariants=False).coalesce()
-    r = torch.sparse_coo_tensor(r.indices(), (r.values() > 0).to(residual.dtype), r.shape,
-                                check_invariants=False).coalesce()
+    # who rated what: a 1 at each distinct (item, user) of the coalesced residuals (a repeated pair counts once)
+    r = torch.sparse_coo_tensor(e.indices(), torch.ones_like(e.values()), e.shape, check_invariants=False,
+                                is_coalesced=True)
     block = max(1, min(n_items, BLOCK_ENTRIES // max(n_users, 1)))
     norms = torch.zeros(n_items, dtype=residual.dtype, device=device).index_add_(0, items, residual * residual)
     norms = norms.sqrt()
