@@ -345,10 +345,11 @@ ADAPTERS = ("sklearn", "surprise")
 CUDA_MISSING = pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
 HYPER: list[tuple[str, Any, type[Exception], str, str]] = [  # (parameter, value, exception, rule regex, id)
     *[(name, value, ValueError if isinstance(value, int) and not isinstance(value, bool) else TypeError,
-       INT_RULE + (r' or "auto"' if name == "batch_size" else ""), f"{name}={value}")
+       INT_RULE + (r' or "auto"' if name in ("batch_size", "n_epochs") else ""), f"{name}={value}")
       for name in ("n_inducing", "latent_dim", "n_epochs", "batch_size", "chunk_size")
       for value in (0, -1, 2.5, True)],
     ("batch_size", "big", TypeError, INT_RULE + r' or "auto"', "batch_size=big"),
+    ("n_epochs", "many", TypeError, INT_RULE + r' or "auto"', "n_epochs=many"),
     ("lr", 0.0, ValueError, POS_RULE, "lr=0"),
     ("lr", -0.1, ValueError, POS_RULE, "lr=-0.1"),
     ("lr", float("nan"), ValueError, POS_RULE, "lr=nan"),
@@ -383,6 +384,8 @@ HYPER: list[tuple[str, Any, type[Exception], str, str]] = [  # (parameter, value
     ("noise", None, ValueError, r"must be one of \('heteroscedastic', 'homoscedastic'\)", "noise=None"),
     ("early_stopping", "yes", ValueError, r'must be True, False or "auto"', "early_stopping=str"),
     ("early_stopping", None, ValueError, r'must be True, False or "auto"', "early_stopping=None"),
+    ("neighbourhood", "yes", ValueError, r'must be True, False or "auto"', "neighbourhood=str"),
+    ("neighbourhood", None, ValueError, r'must be True, False or "auto"', "neighbourhood=None"),
     ("validation_fraction", 0.0, ValueError, POS_RULE, "validation_fraction=0"),
     ("validation_fraction", 1.0, ValueError, r"must lie in \(0, 1\)", "validation_fraction=1"),
     ("validation_fraction", "10%", TypeError, POS_RULE, "validation_fraction=str"),

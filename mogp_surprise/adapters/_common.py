@@ -20,7 +20,7 @@ PARAMS_DOC = (MWGPConfig.__doc__ or "").partition("Parameters\n    ----------\n"
 
 
 #: hyper-parameters added after mogp_surprise 0.1.0, with the value that describes a model saved without them
-ADDED_HYPER_PARAMS = {"extra_terms": (), "mf_posterior": "laplace"}
+ADDED_HYPER_PARAMS = {"extra_terms": (), "mf_posterior": "laplace", "neighbourhood": False}
 
 
 class HyperParamsMixin:

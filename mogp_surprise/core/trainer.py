@@ -105,6 +105,7 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
         warnings.warn(f"n_inducing={config.n_inducing} exceeds the number of training ratings ({index.shape[0]}); "
                       f"using {index.shape[0]} inducing points", UserWarning, stacklevel=2)
         config = config.replace(n_inducing=index.shape[0])
+    config = config.for_data(index.shape[0], tuple(n_levels))
     ratings = ratings.astype(np.float64)
     rating_mean = float(ratings.mean())
     rating_std = float(ratings.std())

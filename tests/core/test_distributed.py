@@ -87,7 +87,7 @@ def max_relative_difference(a, b) -> float:
     {"n_epochs": 1, "batch_size": 3000},  # one step of the default model on 2 ranks = one step on the union
     {"n_epochs": 3, "batch_size": 451, "noise": "homoscedastic", "implicit": False, "mf_rank": 0},  # uneven shards
     {"n_epochs": 1, "batch_size": 2999},  # the second step's one rating leaves rank 1 an empty shard
-    {"n_epochs": 1, "batch_size": 1000, "extra_terms": ["neighbourhood"]},  # each shard reads its ratings' inputs
+    {"n_epochs": 1, "batch_size": 1000, "neighbourhood": True},  # each shard reads its ratings' inputs
 ], ids=["one-step-default", "paper-model-21-steps", "an-empty-shard", "neighbourhood"])
 def test_steps_on_two_ranks_equal_one_process_on_the_union_of_their_batches(tmp_path, params):
     one = fit_state(tmp_path, {**SMALL, **params}, 1, "one")
@@ -102,7 +102,7 @@ def test_steps_on_two_ranks_equal_one_process_on_the_union_of_their_batches(tmp_
     (451, {"noise": "homoscedastic", "implicit": False, "mf_rank": 2}),
     (2999, {"noise": "homoscedastic", "implicit": False, "mf_rank": 2}),
     (451, {"mf_rank": 2}),
-    (451, {"mf_rank": 2, "extra_terms": ["neighbourhood"]}),
+    (451, {"mf_rank": 2, "neighbourhood": True}),
 ], ids=["uneven-shards", "an-empty-shard", "default-model", "neighbourhood"])
 def test_row_sparse_steps_on_two_ranks_equal_one_process(tmp_path, batch, model):
     """The large-catalogue path: row-sparse gradients all-reduced over the minibatch's rows, lazy prior

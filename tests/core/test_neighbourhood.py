@@ -17,7 +17,7 @@ from mogp_surprise.core.terms.neighbourhood import Neighbourhood
 
 N_USERS, N_ITEMS = 40, 45
 CONFIG = dict(n_inducing=16, latent_dim=2, mf_rank=2, n_epochs=4, random_state=0, early_stopping=False,
-              extra_terms=("neighbourhood",))
+              neighbourhood=True)
 
 
 def _ratings(seed: int = 0, n: int = 900):
@@ -226,7 +226,7 @@ def test_both_adapters_fit_fold_in_recommend_ask_save_and_load(tmp_path):
 
     index, y = _ratings(1)
     df = pd.DataFrame({"user": [f"u{u}" for u in index[:, 0]], "item": [f"i{i}" for i in index[:, 1]], "rating": y})
-    params = {**CONFIG, "extra_terms": ["neighbourhood"]}
+    params = dict(CONFIG)
     algo = MWGP(**params).fit(to_surprise_dataset(df, rating_scale=(1, 5)).build_full_trainset())
     answers = {"i1": 5.0, "i2": 1.0, "i3": 4.0}
     on_the_fly = algo.recommend("newcomer", n=5, ratings=answers)
@@ -243,3 +243,52 @@ def test_both_adapters_fit_fold_in_recommend_ask_save_and_load(tmp_path):
     X = df[["user", "item"]].iloc[:50]
     for a, b in zip(pickle.loads(pickle.dumps(est)).predict_dist(X), est.predict_dist(X)):
         np.testing.assert_array_equal(a, b)
+
+
+def test_auto_switches_the_term_on_where_its_similarity_is_affordable():
+    """``neighbourhood="auto"``: on for (user, item) data from 50,000 ratings up to ratings x items = 2^32, off
+    outside and for other shapes; ``n_epochs="auto"``: 12 with the term and without early stopping, else 20."""
+    from mogp_surprise.core.config import NEIGHBOURHOOD_BUDGET, NEIGHBOURHOOD_MIN
+    from mogp_surprise.core.terms import build_terms
+
+    auto = MWGPConfig()
+    for n, levels, on, epochs in [(80_000, (943, 1682), True, 20),  # ML-100K: early stopping chooses within 20
+                                  (800_167, (6040, 3706), True, 12),  # an ML-1M fold
+                                  (10 ** 7, (10 ** 5, 33_333), False, 20),  # 3.3e11: off
+                                  (NEIGHBOURHOOD_BUDGET // 1000, (10, 1000), True, 12),
+                                  (NEIGHBOURHOOD_BUDGET // 1000 + 1, (10, 1000), False, 20),
+                                  (NEIGHBOURHOOD_MIN, (500, 400), True, 20),
+                                  (NEIGHBOURHOOD_MIN - 1, (500, 400), False, 20),  # too few ratings
+                                  (300_000, (3000, 1), False, 20),  # one item: no neighbours
+                                  (300_000, (30, 6, 3), False, 20)]:  # a context factor
+        got = auto.for_data(n, levels)
+        assert (got.neighbourhood, got.n_epochs) == (on, epochs), (n, levels)
+        assert ("neighbourhood" in [t.name for t in build_terms(got, levels)]) == on
+    assert MWGPConfig(neighbourhood=True).for_data(10 ** 7, (10 ** 5, 33_333)).neighbourhood  # on at any size
+    assert MWGPConfig(neighbourhood=True).for_data(900, (30, 30)).neighbourhood
+    assert not MWGPConfig(neighbourhood=False).for_data(800_167, (6040, 3706)).neighbourhood
+    assert MWGPConfig(n_epochs=20).for_data(800_167, (6040, 3706)).n_epochs == 20  # a number given is kept
+    assert MWGPConfig(early_stopping=False).for_data(80_000, (943, 1682)).n_epochs == 12
+    # before it was built in it was switched on by name: that still builds it, once
+    named = MWGPConfig(neighbourhood=False, extra_terms=("neighbourhood",))
+    assert [t.name for t in build_terms(named, (5, 6))].count("neighbourhood") == 1
+    assert named.for_data(800_167, (6040, 3706)).n_epochs == 12
+    with pytest.raises(ValueError, match="neighbourhood"):
+        MWGPConfig(neighbourhood="yes")
+    with pytest.raises(TypeError, match="n_epochs"):
+        MWGPConfig(n_epochs="many")
+
+
+def test_a_fit_builds_the_term_as_the_setting_resolves(data, monkeypatch):
+    """The trainer resolves "auto" with the data's size: on from NEIGHBOURHOOD_MIN ratings (lowered here to fit
+    this test's 900), off below, and off whatever the size with ``neighbourhood=False``."""
+    import mogp_surprise.core.config as config_module
+
+    index, y = data
+    small = dict(n_inducing=8, latent_dim=2, mf_rank=2, n_epochs=2, random_state=0, early_stopping=False)
+    below = fit_mwgp(index, y, (N_USERS, N_ITEMS), MWGPConfig(**small)).posterior
+    monkeypatch.setattr(config_module, "NEIGHBOURHOOD_MIN", len(y))
+    on = fit_mwgp(index, y, (N_USERS, N_ITEMS), MWGPConfig(**small)).posterior
+    off = fit_mwgp(index, y, (N_USERS, N_ITEMS), MWGPConfig(**small, neighbourhood=False)).posterior
+    assert on.term("neighbourhood") is not None
+    assert below.term("neighbourhood") is None and off.term("neighbourhood") is None
