@@ -71,8 +71,8 @@ class Neighbourhood(Term):
     def from_config(cls, config: Any, n_levels: tuple[int, ...]) -> "Neighbourhood | None":
         # on with neighbourhood=True, or named in extra_terms (how it was switched on before it was built in);
         # "auto" is made concrete from the data by the trainer (MWGPConfig.for_data), so "auto" here is off
-        if config.neighbourhood is not True and not (isinstance(config.neighbourhood, np.bool_)
-                                                     and config.neighbourhood) and cls.name not in config.extra_terms:
+        switched_on = isinstance(config.neighbourhood, (bool, np.bool_)) and bool(config.neighbourhood)
+        if not switched_on and cls.name not in config.extra_terms:
             return None
         if len(n_levels) != 2:
             raise ValueError(f"the neighbourhood term needs a (user, item) model; this one has {len(n_levels)} "
