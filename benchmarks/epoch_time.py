@@ -2,8 +2,8 @@
 
 The comparison with GPyTorch uses the paper's model (``PAPER_MODEL``: one scalar noise, no implicit
 feedback), which is what GPyTorch's ``GaussianLikelihood`` SVGP implements; the epoch of the
-library's default model (per-user/item noise, implicit feedback; without the neighbourhood term) is timed in the same rounds and
-reported next to it.
+library's default model (per-user/item noise, implicit feedback; without the neighbourhood term) is
+timed in the same rounds and reported next to it.
 
 Same model: learned user/item embeddings (r=8) as inputs of one ARD RBF kernel on [a, b] with an
 output scale (= the product kernel k_A * k_B), m paired inducing points, whitened Cholesky q(u),

@@ -199,8 +199,8 @@ def _fingerprint(index: Tensor, y: Tensor) -> str:
 
 def _positions(index: Tensor, neighbours: Tensor, keys: Tensor, n_items: int) -> Tensor:
     """For each rating of ``index`` and each neighbour of its item, the neighbour's place in the graph ``keys``
-    (the first, for a pair rated more than once) when the user rated it, else -1: (ratings, K) int32 (int64 beyond
-    2^31 ratings). Users in chunks: a dense (users x items) map of their places in the graph, read at the
+    (the first, for a pair rated more than once) when the user rated it, else -1: (ratings, K) int32 (int64
+    beyond 2^31 ratings). Users in chunks: a dense (users x items) map of their places in the graph, read at the
     neighbours (ML-100K: 0.07 s against 0.54 s for a binary search of every neighbour in ``keys``; an ML-1M split 0.75
     against 1.6 s)."""
     kind = torch.int32 if keys.numel() < 2 ** 31 else torch.int64
@@ -223,7 +223,8 @@ def _positions(index: Tensor, neighbours: Tensor, keys: Tensor, n_items: int) ->
         rows = order[int(rating_start[first]):int(rating_start[last])]
         near = neighbours[index[rows, 1]]
         place = where[(index[rows, 0] - first)[:, None] * n_items + near.clamp_min(0)]
-        out[rows] = torch.where((place != missing) & (near >= 0), place, torch.full((), -1, dtype=kind, device=device))
+        unrated = torch.full((), -1, dtype=kind, device=device)
+        out[rows] = torch.where((place != missing) & (near >= 0), place, unrated)
     return out
 
 
