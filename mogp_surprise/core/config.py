@@ -256,13 +256,14 @@ class MWGPConfig:
         ``n_epochs`` (``NEIGHBOURHOOD_EPOCHS`` where that term is on without early stopping, else
         ``AUTO_EPOCHS``)."""
         term = self.neighbourhood
-        if _is_auto(term):
+        if "neighbourhood" in self.extra_terms:  # how it was switched on before it was built in
+            term = True
+        elif _is_auto(term):
             term = (len(n_levels) == 2 and n_levels[1] > 1 and NEIGHBOURHOOD_MIN <= n_ratings
                     and n_ratings * n_levels[1] <= NEIGHBOURHOOD_BUDGET)
         epochs = self.n_epochs
         if _is_auto(epochs):
-            term_on = bool(term) or "neighbourhood" in self.extra_terms
-            epochs = NEIGHBOURHOOD_EPOCHS if term_on and not self.uses_early_stopping(n_ratings) else AUTO_EPOCHS
+            epochs = NEIGHBOURHOOD_EPOCHS if term and not self.uses_early_stopping(n_ratings) else AUTO_EPOCHS
         return self.replace(neighbourhood=bool(term), n_epochs=int(epochs))
 
     def resolved_batch_size(self, n_ratings: int) -> int:

@@ -43,6 +43,6 @@ def build_terms(config: Any, n_levels: tuple[int, ...]) -> list[Term]:
     """Every term that ``config`` (an ``MWGPConfig``) switches on: the built-in ones, then those named in
     ``config.extra_terms``, in :attr:`Term.order`."""
     wanted = [cls for cls in registered_terms().values() if cls.builtin]
-    wanted += [cls for name in config.extra_terms if (cls := term_class(name)) not in wanted]  # a built-in named
+    wanted += [cls for name in config.extra_terms if (cls := term_class(name)) not in wanted]  # a built-in: once
     terms = [t for cls in wanted if (t := cls.from_config(config, tuple(n_levels))) is not None]
     return sorted(terms, key=lambda t: (t.order, t.name))
