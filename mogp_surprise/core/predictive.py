@@ -55,12 +55,16 @@ def table_rows(table: FittedTable, levels: Tensor, unseen: bool, n: int) -> Rows
     return Rows(table.values[levels], var)
 
 
-def pattern_parts(state: PosteriorState, index: Tensor, unseen: tuple[bool, ...]) -> RatingParts:
-    """Every fitted term's parts for rows that share one pattern of unseen factors."""
+def pattern_parts(state: PosteriorState, index: Tensor, unseen: tuple[bool, ...], noise_only: bool = False
+                  ) -> RatingParts:
+    """Every fitted term's parts for rows that share one pattern of unseen factors; with ``noise_only`` those of
+    the terms that may add to the noise (not :attr:`~.terms.Term.mean_only`)."""
     n = index.shape[0]
     parts = RatingParts(mean=state.global_mean.expand(n), log_noise_base=torch.log(state.noise_variance),
                         inputs=[None] * len(unseen))
     for fitted in state.terms:
+        if noise_only and fitted.term.mean_only:
+            continue
         rows = {spec.name: table_rows(fitted.tables[spec.name], index[:, spec.factor], unseen[spec.factor], n)
                 for spec in fitted.term.direct_tables}
         if fitted.term.reads_pairs:
@@ -71,7 +75,7 @@ def pattern_parts(state: PosteriorState, index: Tensor, unseen: tuple[bool, ...]
 
 def noise_variances(state: PosteriorState, index: Tensor) -> Tensor:
     """E[sigma_n^2] at index tuples of known levels (standardised units), without the GP's moments."""
-    parts = pattern_parts(state, index, (False,) * index.shape[1])
+    parts = pattern_parts(state, index, (False,) * index.shape[1], noise_only=True)
     return predictive(parts, parts.mean.new_zeros(()), parts.mean.new_zeros(()))[2]
 
 

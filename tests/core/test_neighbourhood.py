@@ -13,6 +13,7 @@ from mogp_surprise.core.foldin import fold_in
 from mogp_surprise.core.initialization import InitContext
 from mogp_surprise.core.terms import RatingParts
 from mogp_surprise.core.terms.bias import Bias
+from mogp_surprise.core.terms import neighbourhood
 from mogp_surprise.core.terms.neighbourhood import Neighbourhood
 
 N_USERS, N_ITEMS = 40, 45
@@ -96,6 +97,46 @@ def test_the_inputs_are_the_neighbours_residuals_the_user_rated(data, term):
     again = t.pair_rows(query, as_np)
     np.testing.assert_array_equal(again["near_rated"].value, hit)
     np.testing.assert_allclose(again["near_residual"].value, near)
+
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_dense_and_sparse_products_choose_the_most_similar_items(data, term, monkeypatch, dense):
+    """Both ways of forming the similarity (dense float32 products where the ratings fill the (users x items)
+    matrix, sparse float64 ones elsewhere) pick each item's k most similar items of the direct loops."""
+    index, _ = data
+    t, init = term
+    k, shrink = t.options["neighbours"], t.options["shrink"]
+    e, _, sim = _direct(index, init.y.numpy(), init, k, shrink)
+    monkeypatch.setattr(neighbourhood, "DENSE_ENTRIES", 2 ** 25 if dense else 0)
+    idx = torch.as_tensor(index)
+    residual = torch.as_tensor(e[index[:, 0], index[:, 1]])
+    blocks = list(neighbourhood._products(idx, residual, (N_USERS, N_ITEMS)))
+    assert blocks[0][2].dtype == (torch.float32 if dense else torch.float64)  # the path asked for was taken
+    chosen = neighbourhood._neighbours(idx, residual, (N_USERS, N_ITEMS), k, shrink).numpy()
+    tol = 1e-5 if dense else 1e-9
+    for i in range(N_ITEMS):
+        others = np.delete(sim[i], np.concatenate([chosen[i], [i]]))
+        assert i not in chosen[i] and sim[i, chosen[i]].min() >= others.max() - tol
+        np.testing.assert_allclose(np.sort(sim[i, chosen[i]]), np.sort(sim[i])[::-1][:k][::-1], atol=tol)
+
+
+def test_the_noise_alone_is_formed_without_the_mean_only_terms(fitted):
+    """``noise_variances`` skips the terms that add to the mean only (the neighbourhood's lookups among them) and
+    gives the noise variance of the whole predictive; those terms' parts leave the noise, inputs and scale alone."""
+    from mogp_surprise.core.predictive import noise_variances, pattern_parts, predictive_moments
+
+    state = fitted.state
+    skipped = [t.name for t in state.terms if t.term.mean_only]
+    assert {"bias", "neighbourhood"} <= set(skipped)
+    idx = torch.as_tensor(np.stack([np.arange(N_USERS), np.arange(N_USERS) % N_ITEMS], 1))
+    want = predictive_moments(state, fitted.psi, idx)[2]
+    torch.testing.assert_close(noise_variances(state, idx), want, rtol=1e-12, atol=0)
+    full, alone = pattern_parts(state, idx, (False, False)), pattern_parts(state, idx, (False, False), True)
+    assert not torch.equal(full.mean, alone.mean)
+    for name in ("log_noise", "log_noise_var", "latent_log_scale"):
+        a, b = getattr(full, name), getattr(alone, name)
+        assert (a is None and b is None) or torch.equal(a, b)
+    assert all(torch.equal(a.value, b.value) for a, b in zip(full.inputs, alone.inputs))
 
 
 def test_the_mean_adds_the_normalised_sums(term):

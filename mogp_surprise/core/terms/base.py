@@ -166,6 +166,9 @@ class Term(nn.Module):
     #: width-0 tables whose rows enter the mean with weight 1: a rating's leverage on such a level's value is
     #: its Laplace variance / the rating's noise variance (the cold-start calibration's leave-one-out step)
     unit_mean_tables: ClassVar[tuple[str, ...]] = ()
+    #: :meth:`combine` adds to the mean function and its variance only (:meth:`RatingParts.add_mean`), not to the
+    #: noise, the GP inputs or the latent scale: the noise variance alone is formed without it
+    mean_only: ClassVar[bool] = False
 
     def __init__(self, n_levels: tuple[int, ...], options: dict[str, Any] | None = None,
                  parameters: bool = True) -> None:

@@ -33,6 +33,7 @@ AUTO_PRECISION_START, AUTO_PRECISION_MAX = 1.0, 1e4
 class Bias(Term):
     name = "bias"
     order = 10
+    mean_only = True
     builtin = True
 
     @classmethod

@@ -58,6 +58,7 @@ MF_INIT_VAR_FRACTION = 0.1
 class Bilinear(Term):
     name = "bilinear"
     order = 20
+    mean_only = True
     builtin = True
 
     @classmethod
