@@ -132,11 +132,11 @@ class MWGPConfig:
         Koren's global neighbourhood model as a term of the mean: what the user rated among the item's 30
         most similar items, with learned weights (:mod:`~mogp_surprise.core.terms.neighbourhood`). 5-fold
         ML-1M: RMSE 0.8289 -> 0.8243, NLL 1.1954 -> 1.1889 (12 epochs with it, 20 without). Its similarity
-        costs about ratings x items multiply-adds before training (2.3-2.7 s on ML-1M) and its inputs 120 bytes per
-        rating, so "auto" switches it on for (user, item) data with ratings x items up to 2^32 (ML-1M: 3.7e9)
-        and off above (10M ratings over 10,000 items: 1e11); and from 50,000 ratings: on less, generated data
-        lost 0.2-6 % RMSE with it (they have no structure beyond low rank) and 10 % samples of ML-100K gained
-        nothing. ``True`` switches it on at any size.
+        costs about ratings x items multiply-adds before training (2.3-2.7 s on ML-1M, by dense products) and its
+        inputs 120 bytes per rating, so "auto" switches it on for (user, item) data with ratings x items up to
+        2^32 (ML-1M: 3.7e9) and off above (10M ratings over 10,000 items: 1e11); and from 50,000 ratings: on
+        less, generated data lost 0.2-6 % RMSE with it (they have no structure beyond low rank) and 10 % samples
+        of ML-100K gained nothing. ``True`` switches it on at any size.
     extra_terms : tuple of str, default=()
         Model terms defined outside the library (subclasses of ``mogp_surprise.core.terms.Term``
         registered with ``register_term``), by name, added to the built-in ones; see "how to add a model

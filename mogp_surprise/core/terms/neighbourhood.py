@@ -34,10 +34,10 @@ a user bias shrunk as in the start.
 
 Cost. The similarity is formed before training: dense float32 products where the ratings fill the (users x
 items) matrix to at least 1 / 32 (ML-100K, ML-1M), else (items x users) sparse products in blocks of items, about
-(ratings x items) multiply-adds (:func:`_products`). Memory: the training ratings once more, plus 2 K floats per item. In training,
-the place in the graph of every training rating's K neighbours is formed once per fit (4 bytes each) and a step
-reads them by the ratings' positions. Any other pair looks its K neighbours up by binary search in the sorted
-keys.
+(ratings x items) multiply-adds (:func:`_products`). Memory: the training ratings once more, plus 2 K floats per
+item. In training, the place in the graph of every training rating's K neighbours is formed once per fit (4 bytes
+each) and a step reads them by the ratings' positions. Any other pair looks its K neighbours up by binary search in
+the sorted keys.
 """
 from __future__ import annotations
 
@@ -253,7 +253,8 @@ def _neighbours(index: Tensor, residual: Tensor, n_levels: tuple[int, ...], k: i
     for start, stop, num, common in _products(index, residual, n_levels):
         scale = norms.to(num.dtype)
         sim = num / (scale[:, None] * scale[None, start:stop] + 1e-9) * common / (common + shrink)
-        sim[torch.arange(start, stop, device=device), torch.arange(stop - start, device=device)] = -math.inf
+        cols = torch.arange(start, stop, device=device)
+        sim[cols, cols - start] = -math.inf  # not its own neighbour
         out[start:stop, :width] = torch.topk(sim.T, width, dim=1).indices
     return out
 
