@@ -99,6 +99,31 @@ def test_the_inputs_are_the_neighbours_residuals_the_user_rated(data, term):
     np.testing.assert_allclose(again["near_residual"].value, near)
 
 
+def test_one_users_pairs_read_the_users_row_as_the_search_does(term, monkeypatch):
+    """A catalogue (every item of one user) reads the user's row of the graph as a dense vector: the same inputs
+    as searching every neighbour in the graph, with a pair rated twice read at its first place."""
+    t, _ = term
+    extras = dict(t.fitted_extras())
+    keys, residuals = extras["graph_keys"], extras["graph_residuals"]
+    # repeat some pairs with other residuals: both paths must read the first of them
+    again = torch.arange(0, keys.numel(), 7)
+    keys, order = torch.sort(torch.cat([keys, keys[again]]), stable=True)
+    residuals = torch.cat([residuals, residuals[again] + 1.0])[order]
+    neighbours = extras["neighbours"].clone()
+    neighbours[::3, -4:] = -1  # items with fewer neighbours than slots
+    extras.update(graph_keys=keys, graph_residuals=residuals, neighbours=neighbours)
+    items = torch.cat([torch.arange(N_ITEMS), torch.tensor([-1])])  # the catalogue and an unseen item
+    for user in (0, 7, N_USERS - 1):
+        index = torch.stack([torch.full_like(items, user), items], 1)
+        row = t.pair_rows(index, extras)
+        monkeypatch.setattr(neighbourhood, "ONE_USER_ROW", 0)  # never the user's row: search every neighbour
+        searched = t.pair_rows(index, extras)
+        monkeypatch.undo()
+        assert row["near_rated"].value.sum() > 0 and not row["near_rated"].value[-1].any()
+        for name in ("near_residual", "near_rated"):
+            torch.testing.assert_close(row[name].value, searched[name].value, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("dense", [True, False])
 def test_dense_and_sparse_products_choose_the_most_similar_items(data, term, monkeypatch, dense):
     """Both ways of forming the similarity (dense float32 products where the ratings fill the (users x items)
@@ -246,6 +271,41 @@ def test_a_folded_user_is_served_from_the_answers(data, fitted):
     again = fitted.with_replaced_users([3], [fold_in(fitted, index[mine, 1], y[mine])])
     keys = again.term("neighbourhood").extras["graph_keys"]
     assert torch.equal(keys, fitted.term("neighbourhood").extras["graph_keys"])
+
+
+def test_appended_users_have_a_graph_of_their_own(fitted):
+    """Appending a user leaves the training graph as it is (no copy per request): the appended users' rows form a
+    graph of their own, and every path reads the same inputs as from one graph holding every row; replacing a
+    user joins the two graphs again."""
+    rng = np.random.default_rng(5)
+    folded = [fold_in(fitted, rng.choice(N_ITEMS, 6, replace=False), rng.integers(1, 6, 6).astype(float))
+              for _ in range(3)]
+    once = fitted.with_extra_users(folded[:1])
+    twice = once.with_extra_users(folded[1:2])
+    base, extras = fitted.term("neighbourhood").extras, twice.term("neighbourhood").extras
+    assert extras["graph_keys"] is base["graph_keys"] and extras["added_keys"].numel() == 12
+    assert set((extras["added_keys"] // N_ITEMS).tolist()) == {N_USERS, N_USERS + 1}
+    keys, order = torch.sort(torch.cat([extras["graph_keys"], extras["added_keys"]]), stable=True)
+    joined = {k: v for k, v in extras.items() if not k.startswith("added_")}
+    joined.update(graph_keys=keys, graph_residuals=torch.cat([extras["graph_residuals"],
+                                                              extras["added_residuals"]])[order])
+    term = twice.term("neighbourhood").term
+    query = np.stack([rng.integers(-1, N_USERS + 2, 400), rng.integers(-1, N_ITEMS, 400)], 1)
+    catalogue = np.stack([np.full(N_ITEMS, N_USERS + 1), np.arange(N_ITEMS)], 1)
+    for index in (query, catalogue):
+        expected = term.pair_rows(torch.as_tensor(index), joined)
+        assert expected["near_rated"].value[index[:, 0] >= N_USERS].sum() > 0
+        for got in (term.pair_rows(torch.as_tensor(index), extras),
+                    term.pair_rows(index, {k: v.numpy() for k, v in extras.items()})):
+            for name in ("near_residual", "near_rated"):
+                np.testing.assert_array_equal(np.asarray(got[name].value), expected[name].value.numpy())
+    # replacing the first appended user: one graph again, the second user's row kept
+    replaced = twice.with_replaced_users([N_USERS], folded[2:])
+    again = replaced.term("neighbourhood").extras
+    assert "added_keys" not in again and bool((again["graph_keys"][1:] >= again["graph_keys"][:-1]).all())
+    rows = again["graph_keys"] // N_ITEMS
+    assert sorted((again["graph_keys"][rows == N_USERS] % N_ITEMS).tolist()) == sorted(folded[2].answers[0].tolist())
+    assert torch.equal(again["graph_keys"][rows == N_USERS + 1], extras["added_keys"][6:])
 
 
 def test_ask_and_thompson_draws_work_with_the_term(fitted):
