@@ -248,3 +248,55 @@ def pair_gp_moments(x, input_var, zs, offset, z, inv_ls, inv_ls2, lin, quad, out
     if unseen:
         var -= mean * mean
     return mean, var
+
+
+@numba.njit(cache=True)
+def pair_neighbourhood(keys, residuals, added_keys, added_residuals, neighbours, weight, offset, weight_var,
+                       offset_var, user, item, n_items):  # pragma: no cover
+    """One (user, item) pair's part of the neighbourhood term (core/terms/neighbourhood.py): for each of the item's
+    neighbours j (``neighbours[item]``) the user rated (a binary search of user * n_items + j in the user's
+    stretch of the sorted ``keys``, then of ``added_keys``), e_uj w_j + c_j, and e_uj^2 v_wj + v_cj where
+    ``weight_var`` has rows; both sums normalised by the number rated (its square root for the mean). One
+    compiled call in place of the pair inputs' and ``combine``'s some thirty numpy calls."""
+    count = 0.0
+    mean = 0.0
+    var = 0.0
+    with_var = weight_var.shape[0] > 0
+    # the user's stretch of each graph first (two searches), then each neighbour within it: the stretch's few
+    # cache lines instead of a search of the whole graph per neighbour (ML-1M: 10^6 keys)
+    base = user * n_items
+    start, stop = _lower(keys, base, 0, keys.shape[0]), _lower(keys, base + n_items, 0, keys.shape[0])
+    added_start = _lower(added_keys, base, 0, added_keys.shape[0])
+    added_stop = _lower(added_keys, base + n_items, added_start, added_keys.shape[0])
+    for k in range(neighbours.shape[1]):
+        j = neighbours[item, k]
+        if j < 0:
+            continue
+        place, e = _lower(keys, base + j, start, stop), 0.0
+        if place < stop and keys[place] == base + j:
+            e = residuals[place]
+        else:
+            place = _lower(added_keys, base + j, added_start, added_stop)
+            if not (place < added_stop and added_keys[place] == base + j):
+                continue
+            e = added_residuals[place]
+        count += 1.0
+        mean += e * weight[item, k] + offset[item, k]
+        if with_var:
+            var += e * e * weight_var[item, k] + offset_var[item, k]
+    if count > 0.0:
+        mean /= math.sqrt(count)
+        var /= count
+    return mean, var
+
+
+@numba.njit(cache=True)
+def _lower(keys, query, lo, hi):  # pragma: no cover
+    """The first place in ``keys[lo:hi]`` (sorted) whose key is not below ``query`` (``hi`` if none)."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if keys[mid] < query:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo

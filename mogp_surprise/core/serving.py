@@ -10,7 +10,9 @@ weights ``w`` and the quadratic form ``M``, multiplied by the unseen factors' ke
 What it computes is the predictive of :mod:`.predictive`: the terms' own :meth:`~.terms.Term.combine`
 on numpy rows (``RatingParts.xp``), the one :func:`~.predictive.predictive`, the cold-start scale and
 the variance floor; only the GP's moments at one input (:meth:`~.gp.FittedGP.moments`: the augmented
-kernel product, ``w``, ``M`` and the delta method) are written here again for a single row.
+kernel product, ``w``, ``M`` and the delta method) are written here again for a single row, and a term that
+reads pair inputs may give its part of one pair in one step (:meth:`~.terms.Term.pair_part`: the
+neighbourhood term's compiled kernel), which the check below compares with the batched path too.
 ``tests/core/test_serving.py`` checks it against the batched path on every pattern, with Laplace
 variances, folded-in users and terms defined outside the package; the results agree to a few units in
 the last place (BLAS sums a batch in another order), not bit for bit.
@@ -64,7 +66,8 @@ class PairPredictor:
                 population = None if pop is None else Rows(_np(pop[0])[None], _np(pop[1])[None], unseen=True)
                 tables.append((spec.name, spec.factor, _np(table.values), _np(table.laplace_var), population))
             pairs = {k: _np(v) for k, v in fitted.extras.items()} if fitted.term.reads_pairs else None
-            self.terms.append((fitted.term, tables, pairs))
+            by_name = {name: (values, laplace_var) for name, _, values, laplace_var, _ in tables}
+            self.terms.append((fitted.term, tables, pairs, by_name))
         # the GP: inducing inputs, lengthscales, output scale, w, M; per pattern of unseen factors (lazily) the
         # augmented inducing inputs of the known factors' dimensions and the unseen factors' psi products
         self._z = _np(gp.inducing)
@@ -114,7 +117,12 @@ class PairPredictor:
         pattern = sum(1 << f for f in range(self.n_factors) if index[f] < 0)
         parts = RatingParts(mean=self.global_mean, log_noise_base=self.log_noise_base,
                             inputs=[None] * self.n_factors)
-        for term, tables, pairs in self.terms:
+        for term, tables, pairs, by_name in self.terms:
+            if pairs is not None:  # a term that reads pair inputs may compute its part in one step
+                part = term.pair_part(tuple(index), by_name, pairs)
+                if part is not None:
+                    parts.add_mean(*part)
+                    continue
             rows = {} if pairs is None else term.pair_rows(np.asarray([index]), pairs)
             for name, factor, values, laplace_var, population in tables:
                 level = index[factor]

@@ -58,6 +58,8 @@ class UserData:
     extra_variance: Tensor | None = None  # (n,): J Sigma J^T of every rating, held fixed (foldin's expected residuals)
     answers: tuple[Tensor, Tensor] | None = None  # the user's rated items and standardised ratings
     pair_rows: dict[int, dict[str, Rows]] | None = None  # term position -> its pair inputs of the n ratings
+    #: term position -> (mean, its variance) that a mean-only term without user tables adds, the same at every theta
+    fixed: dict[int, tuple[Tensor, Tensor | None]] | None = None
 
 
 class FoldInContext:
@@ -135,6 +137,7 @@ class FoldInContext:
                         implicit)
         data.answers = (idx, data.y)
         data.pair_rows = self.pair_rows(idx, data.answers)
+        data.fixed = self._fixed_parts(data)
         # the mean of the Gaussian priors on the raw rows: the population's minus the implicit sum, or 0
         data.prior_center = torch.zeros(self.dim, dtype=torch.float64, device=self.device)
         if self.prior == "population":
@@ -154,6 +157,29 @@ class FoldInContext:
         return {position: fitted.term.user_pair_rows(items, answers, fitted.extras)
                 for position, fitted in enumerate(self.state.terms) if fitted.term.reads_pairs}
 
+    def _fixed_parts(self, data: UserData) -> dict[int, tuple[Tensor, Tensor | None]]:
+        """What each mean-only term without user tables (the neighbourhood term) adds to the user's ratings: it
+        does not depend on the user's parameters, so it is formed once, not at every evaluation (bit for bit the
+        same: ``add_mean`` of the same values)."""
+        fixed = {}
+        for position, fitted in enumerate(self.state.terms):
+            if fitted.term.mean_only and not fitted.term.user_tables:
+                parts = RatingParts(mean=torch.zeros(data.n, dtype=torch.float64, device=self.device),
+                                    log_noise_base=torch.log(self.state.noise_variance), inputs=[None, None])
+                fitted.term.combine(self._term_rows(data, position, fitted, {}), parts)
+                fixed[position] = (parts.mean, parts.mean_var)
+        return fixed
+
+    def _term_rows(self, data: UserData, position: int, fitted: FittedTerm, rows: dict[str, Rows]
+                   ) -> dict[str, Rows]:
+        """A term's rows of the user's ratings: the user's (``rows``), the items' and the pair inputs."""
+        for spec in fitted.term.direct_tables:
+            if spec.factor != 0:
+                rows[spec.name] = Rows(data.item_rows[(position, spec.name)])
+        if data.pair_rows:
+            rows.update(data.pair_rows.get(position, {}))
+        return rows
+
     # -- the objective --------------------------------------------------------------------------------------
     def parts(self, data: UserData, theta: Tensor) -> RatingParts:
         """Every term's parts for the user's ratings, the user's rows from ``theta`` ((d,), or per-rating copies
@@ -166,13 +192,11 @@ class FoldInContext:
         for block in self.blocks:  # (one row, broadcast over the ratings, or one copy per rating)
             by_term.setdefault(block.term, {})[block.spec.name] = Rows(block.of(theta) + data.implicit[block.key])
         for position, fitted in enumerate(state.terms):
-            rows = by_term.get(position, {})
-            for spec in fitted.term.direct_tables:
-                if spec.factor != 0:
-                    rows[spec.name] = Rows(data.item_rows[(position, spec.name)])
-            if data.pair_rows:
-                rows.update(data.pair_rows.get(position, {}))
-            fitted.term.combine(rows, parts)
+            fixed = data.fixed.get(position) if data.fixed else None
+            if fixed is not None:
+                parts.add_mean(*fixed)
+            else:
+                fitted.term.combine(self._term_rows(data, position, fitted, by_term.get(position, {})), parts)
         return parts
 
     def f_moments(self, data: UserData, parts: RatingParts) -> tuple[Tensor, Tensor]:

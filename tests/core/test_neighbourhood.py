@@ -13,6 +13,7 @@ from mogp_surprise.core.foldin import fold_in
 from mogp_surprise.core.initialization import InitContext
 from mogp_surprise.core.terms import RatingParts
 from mogp_surprise.core.terms.bias import Bias
+from mogp_surprise.core import similarity
 from mogp_surprise.core.terms import neighbourhood
 from mogp_surprise.core.terms.neighbourhood import Neighbourhood
 
@@ -132,12 +133,12 @@ def test_dense_and_sparse_products_choose_the_most_similar_items(data, term, mon
     t, init = term
     k, shrink = t.options["neighbours"], t.options["shrink"]
     e, _, sim = _direct(index, init.y.numpy(), init, k, shrink)
-    monkeypatch.setattr(neighbourhood, "DENSE_ENTRIES", 2 ** 25 if dense else 0)
+    monkeypatch.setattr(similarity, "DENSE_ENTRIES", 2 ** 25 if dense else 0)
     idx = torch.as_tensor(index)
     residual = torch.as_tensor(e[index[:, 0], index[:, 1]])
-    blocks = list(neighbourhood._products(idx, residual, (N_USERS, N_ITEMS)))
+    blocks = list(similarity.products(idx, residual, (N_USERS, N_ITEMS)))
     assert blocks[0][2].dtype == (torch.float32 if dense else torch.float64)  # the path asked for was taken
-    chosen = neighbourhood._neighbours(idx, residual, (N_USERS, N_ITEMS), k, shrink).numpy()
+    chosen = similarity.item_neighbours(idx, residual, (N_USERS, N_ITEMS), k, shrink).numpy()
     tol = 1e-5 if dense else 1e-9
     for i in range(N_ITEMS):
         others = np.delete(sim[i], np.concatenate([chosen[i], [i]]))
@@ -263,6 +264,13 @@ def test_a_folded_user_is_served_from_the_answers(data, fitted):
     theta = torch.cat([torch.as_tensor(np.asarray(user.raw[b.key])).reshape(-1) for b in ctx.blocks])
     parts = ctx.parts(data_u, theta)
     assert data_u.pair_rows and data_u.pair_rows[next(iter(data_u.pair_rows))]["near_rated"].value.sum() > 0
+    # the term's part does not depend on the user's parameters: formed once, the same bit for bit
+    from dataclasses import replace
+
+    assert list(data_u.fixed) == [i for i, t in enumerate(ctx.state.terms) if t.name == "neighbourhood"]
+    unfixed = ctx.parts(replace(data_u, fixed=None), theta)
+    torch.testing.assert_close(unfixed.mean, parts.mean, rtol=0, atol=0)
+    torch.testing.assert_close(unfixed.mean_var, parts.mean_var, rtol=0, atol=0)
     f_mean, _ = ctx.f_moments(data_u, parts)
     np.testing.assert_allclose((parts.mean + f_mean).numpy() * fitted.rating_std + fitted.rating_mean,
                                post.predict(np.stack([np.full(8, new), items], 1))[0], rtol=1e-8)
@@ -306,6 +314,36 @@ def test_appended_users_have_a_graph_of_their_own(fitted):
     rows = again["graph_keys"] // N_ITEMS
     assert sorted((again["graph_keys"][rows == N_USERS] % N_ITEMS).tolist()) == sorted(folded[2].answers[0].tolist())
     assert torch.equal(again["graph_keys"][rows == N_USERS + 1], extras["added_keys"][6:])
+
+
+def test_one_pairs_part_in_one_step_is_its_inputs_and_combine(fitted, monkeypatch):
+    """The one-pair serving path takes the term's part from one compiled call (``pair_part``): the same as the
+    pair inputs and ``combine`` (the path without numba) and as the batched path, for known, appended and unseen
+    users and items."""
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(6)
+    post = fitted.with_extra_users([fold_in(fitted, rng.choice(N_ITEMS, 7, replace=False),
+                                            rng.integers(1, 6, 7).astype(float))])
+    pairs = [(int(u), int(i)) for u, i in zip(rng.integers(-1, N_USERS + 1, 300), rng.integers(-1, N_ITEMS, 300))]
+    calls = []
+    original = Neighbourhood.pair_part
+
+    def counted(self, *args):
+        part = original(self, *args)
+        calls.append(part is not None)
+        return part
+
+    monkeypatch.setattr(Neighbourhood, "pair_part", counted)
+    one_step = np.array([post.predict_pair(p) for p in pairs])
+    assert len(calls) >= len(pairs) and all(calls)
+    monkeypatch.setattr(Neighbourhood, "pair_part", lambda self, *args: None)
+    del post.__dict__["_pair_predictor"]
+    by_combine = np.array([post.predict_pair(p) for p in pairs])
+    np.testing.assert_allclose(one_step, by_combine, rtol=1e-12, atol=1e-12)
+    batched = np.stack(post.predict(np.array(pairs)), 1)
+    np.testing.assert_allclose(one_step, batched, rtol=1e-10)
+    known = np.array([u >= 0 and i >= 0 for u, i in pairs])
+    assert known.sum() > 100 and np.any(np.array(pairs)[:, 0] == N_USERS)
 
 
 def test_ask_and_thompson_draws_work_with_the_term(fitted):

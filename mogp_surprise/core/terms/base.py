@@ -289,6 +289,15 @@ class Term(nn.Module):
         tuples' positions in the data the term was initialised on. Default: none."""
         return {}
 
+    def pair_part(self, index: tuple[int, ...], tables: dict[str, tuple[np.ndarray, np.ndarray | None]],
+                  extras: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray | None] | None:
+        """One index tuple's addition to the mean and its variance, each (1,), as :meth:`pair_rows` and
+        :meth:`combine` give it, computed in one step for the one-pair serving path (:mod:`..serving`), which
+        checks it against the batched path. ``tables``: every table's (values, Laplace variance or None), as
+        numpy arrays; ``extras``: the fitted extras, as numpy arrays. Default: None (the serving path forms the
+        pair inputs and calls :meth:`combine`)."""
+        return None
+
     def user_pair_rows(self, items: Tensor, answers: tuple[Tensor, Tensor], extras: dict[str, Tensor]
                        ) -> dict[str, Rows]:
         """The pair inputs of one user who is not in the fitted extras (fold-in), with ``items`` (n,), from the

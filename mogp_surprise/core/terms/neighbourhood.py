@@ -34,18 +34,18 @@ A folded-in user's answers become the user's row of a graph: appended users' row
 user's row goes into the training graph. Their residuals come from the item biases and a user bias shrunk as in
 the start.
 
-Cost. The similarity is formed before training: dense float32 products where the ratings fill the (users x
-items) matrix to at least 1 / 32 (ML-100K, ML-1M), else (items x users) sparse products in blocks of items, about
-(ratings x items) multiply-adds (:func:`_products`). Memory: the training ratings once more, plus 2 K floats per
-item. In training, the place in the graph of every training rating's K neighbours is formed once per fit (4 bytes
-each) and a step reads them by the ratings' positions. Pairs of one user with as many neighbours as a sixteenth of
-the items (a catalogue, fold-in's answers) read the user's row spread over a dense vector of the items; any other
-pair looks its K neighbours up by binary search in the sorted keys.
+Cost. The similarity is formed before training (:mod:`~mogp_surprise.core.similarity`): dense float32 products
+where the ratings fill the (users x items) matrix to at least 1 / 32 (ML-100K, ML-1M), else (items x users) sparse
+products in blocks of items, about (ratings x items) multiply-adds. Memory: the training ratings once more, plus
+2 K floats per item. In training, the place in the graph of every training rating's K neighbours is formed once per
+fit (4 bytes each) and a step reads them by the ratings' positions. Pairs of one user with as many neighbours as a
+sixteenth of the items (a catalogue, fold-in's answers) read the user's row spread over a dense vector of the items;
+any other pair looks its K neighbours up by binary search in the sorted keys, and one pair served alone takes its
+part from one compiled call (:meth:`Neighbourhood.pair_part`).
 """
 from __future__ import annotations
 
 import hashlib
-import math
 from dataclasses import replace
 from typing import Any
 
@@ -54,18 +54,13 @@ import torch
 from torch import Tensor
 
 from .base import RatingParts, Rows, Table, Term, register_term
+from ..similarity import item_neighbours, neighbour_positions
 from .bias import Bias, _variances
 
 #: neighbours per item, their tables' prior precision, and the shrinkage of the similarity by common raters
 #: (measured on one ML-1M split: K 30 / 50 / 100 at prior 100: 0.8231 / 0.8235 / 0.8246; prior 30 / 100 / 300 at
 #: K 50: 0.8252 / 0.8235 / 0.8252; docs/history.md)
 NEIGHBOURS, PRIOR, SHRINK = 30, 100.0, 100.0
-#: entries of a dense block of the similarity's product, and of a (users x items) map of the graph
-BLOCK_ENTRIES, MAP_ENTRIES = 2 ** 25, 2 ** 24
-#: the similarity by dense products up to this many (users x items) entries, and where the ratings fill at least
-#: 1 / DENSE_FILL of them (dense float32 products ran about 50 times as many multiply-adds a second as the sparse
-#: float64 ones on an ML-1M split, which the ratings fill to 1 / 28)
-DENSE_ENTRIES, DENSE_FILL = 2 ** 25, 32
 #: pairs of one user read the user's row of the graph as a dense vector of the items where they have at least
 #: 1 / ONE_USER_ROW as many neighbours as there are items (a catalogue, a folded-in user's answers), else search
 ONE_USER_ROW = 16
@@ -138,11 +133,11 @@ class Neighbourhood(Term):
         sums = torch.zeros(n_users, dtype=dtype, device=init.device).index_add_(0, index[:, 0], toward_user)
         within, spread = _variances(toward_user, sums, counts, index[:, 0])
         keys, order = torch.sort(index[:, 0] * n_items + index[:, 1])
-        neighbours = _neighbours(index, residual, self.n_levels, int(self.options["neighbours"]),
+        neighbours = item_neighbours(index, residual, self.n_levels, int(self.options["neighbours"]),
                                  float(self.options["shrink"]))
         return {"graph_keys": keys, "graph_residuals": residual[order].to(init.dtype), "neighbours": neighbours,
                 "item_bias": b_item, "user_shrink": torch.tensor([within / spread], dtype=dtype),
-                "training_positions": _positions(index, neighbours, keys, order, n_items),
+                "training_positions": neighbour_positions(index, neighbours, keys, order, n_items),
                 "training_residuals": torch.cat([residual[order], residual.new_zeros(1)]).to(init.dtype)}
 
     def fitted_extras(self) -> dict[str, Tensor]:
@@ -157,6 +152,27 @@ class Neighbourhood(Term):
             return {"near_residual": Rows(self._buffers["training_residuals"][place]),
                     "near_rated": Rows((place >= 0).to(extras["graph_residuals"].dtype))}
         return _near(index[:, 0], index[:, 1], extras["neighbours"], _graphs(extras), self.n_levels[1])
+
+    def pair_part(self, index: tuple[int, ...], tables: dict[str, tuple[np.ndarray, np.ndarray | None]],
+                  extras: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray | None] | None:
+        """One pair's part in one compiled call (:func:`~..row_kernel.pair_neighbourhood`; numba), where
+        :meth:`pair_rows` and :meth:`combine` take some thirty numpy calls (ML-1M ``predict``, one process, A/B: 84 ->
+        51 us; 42 us without the term). None without numba."""
+        kernel = _pair_kernel()
+        if kernel is None:
+            return None
+        user, item = index
+        (weight, weight_var), (offset, offset_var) = tables["weight"], tables["offset"]
+        with_var = weight_var is not None and offset_var is not None
+        if user < 0 or item < 0:  # no pair inputs: nothing added
+            zero = np.zeros(1, dtype=weight.dtype)
+            return zero, zero if with_var else None
+        added = extras.get("added_keys")
+        mean, var = kernel(extras["graph_keys"], extras["graph_residuals"], _NO_KEYS if added is None else added,
+                           _NO_VALUES if added is None else extras["added_residuals"], extras["neighbours"], weight,
+                           offset, weight_var if with_var else _NO_ROWS, offset_var if with_var else _NO_ROWS, user,
+                           item, self.n_levels[1])
+        return np.array((mean,), dtype=weight.dtype), np.array((var,), dtype=weight.dtype) if with_var else None
 
     def user_pair_rows(self, items: Tensor, answers: tuple[Tensor, Tensor], extras: dict[str, Tensor]
                        ) -> dict[str, Rows]:
@@ -211,6 +227,23 @@ class Neighbourhood(Term):
 EXTRAS = ("graph_keys", "graph_residuals", "neighbours", "item_bias", "user_shrink")
 
 
+def _pair_kernel() -> Any:
+    """The compiled one-pair kernel, or None where numba is not available (looked up once: 2 us a call)."""
+    if "pair" not in _KERNEL:
+        from ..optim import row_kernel
+
+        _KERNEL["pair"] = None
+        if row_kernel() is not None:
+            from ..row_kernel import pair_neighbourhood
+            _KERNEL["pair"] = pair_neighbourhood
+    return _KERNEL["pair"]
+
+
+_KERNEL: dict[str, Any] = {}
+#: no appended users' graph, no Laplace variances (the kernel's arguments)
+_NO_KEYS, _NO_VALUES, _NO_ROWS = np.empty(0, dtype=np.int64), np.empty(0), np.empty((0, 0))
+
+
 def _graphs(extras: dict[str, Any]) -> list[tuple[Any, Any]]:
     """The graphs a pair's inputs are looked up in: the training graph (with any replaced users' rows), and the
     appended users' graph where users were appended (their rows are in no other)."""
@@ -225,109 +258,6 @@ def _fingerprint(index: Tensor, y: Tensor) -> str:
     digest.update(index.detach().cpu().numpy().tobytes())
     digest.update(y.detach().cpu().numpy().tobytes())
     return digest.hexdigest()
-
-
-def _positions(index: Tensor, neighbours: Tensor, keys: Tensor, order: Tensor, n_items: int) -> Tensor:
-    """For each rating of ``index`` and each neighbour of its item, the neighbour's place in the graph ``keys``
-    (the first, for a pair rated more than once) when the user rated it, else -1: (ratings, K) int32 (int64
-    beyond 2^31 ratings). ``keys, order``: the graph, ``index``'s keys user * n_items + item sorted, and the
-    sort's order, so that the ratings of a run of users are ``order`` over the run's stretch of ``keys``. Users
-    in chunks: a dense (users x items) map of their places in the graph, read at the neighbours (ML-100K: 0.07 s
-    against 0.54 s for a binary search of every neighbour in ``keys``; an ML-1M split 0.75 against 1.6 s)."""
-    kind = torch.int32 if keys.numel() < 2 ** 31 else torch.int64
-    device = index.device
-    out = torch.empty(index.shape[0], neighbours.shape[1], dtype=kind, device=device)
-    if index.shape[0] == 0:
-        return out
-    n_users = int(index[:, 0].max()) + 1
-    start = _starts(index[:, 0], n_users)  # each user's stretch of keys
-    missing = torch.iinfo(kind).max
-    unrated = torch.full((), -1, dtype=kind, device=device)
-    chunk = max(1, MAP_ENTRIES // n_items)
-    for first in range(0, n_users, chunk):
-        a, b = int(start[first]), int(start[min(first + chunk, n_users)])
-        where = torch.full((min(chunk, n_users - first) * n_items,), missing, dtype=kind, device=device)
-        where.scatter_reduce_(0, keys[a:b] - first * n_items, torch.arange(a, b, dtype=kind, device=device),
-                              reduce="amin")
-        rows = order[a:b]
-        near = neighbours[index[rows, 1]]
-        place = where[(index[rows, 0] - first)[:, None] * n_items + near.clamp_min(0)]
-        out[rows] = torch.where((place != missing) & (near >= 0), place, unrated)
-    return out
-
-
-def _starts(levels: Tensor, n: int) -> Tensor:
-    """Where each of ``n`` levels starts in ``levels`` sorted: (n + 1,) cumulative counts."""
-    out = torch.zeros(n + 1, dtype=torch.long, device=levels.device)
-    out[1:] = torch.cumsum(torch.bincount(levels, minlength=n), 0)
-    return out
-
-
-def _neighbours(index: Tensor, residual: Tensor, n_levels: tuple[int, ...], k: int, shrink: float) -> Tensor:
-    """Each item's k most similar items (module docstring), (items, k) int64; -1 where an item has fewer than
-    k others."""
-    n_items = n_levels[1]
-    device = index.device
-    out = torch.full((n_items, k), -1, dtype=torch.long, device=device)
-    width = min(k, n_items - 1)
-    if width <= 0:
-        return out
-    norms = torch.zeros(n_items, dtype=residual.dtype, device=device).index_add_(0, index[:, 1], residual * residual)
-    norms = norms.sqrt()
-    for start, stop, num, common in _products(index, residual, n_levels):
-        scale = norms.to(num.dtype)
-        sim = num / (scale[:, None] * scale[None, start:stop] + 1e-9) * common / (common + shrink)
-        cols = torch.arange(start, stop, device=device)
-        sim[cols, cols - start] = -math.inf  # not its own neighbour
-        out[start:stop, :width] = torch.topk(sim.T, width, dim=1).indices
-    return out
-
-
-def _products(index: Tensor, residual: Tensor, n_levels: tuple[int, ...]):
-    """Blocks of consecutive items: (start, stop, sum_u e_ui e_uj, common raters of i and j), each (items,
-    stop - start), over every item i and the block's items j.
-
-    Dense (users x items) float32 matrices and dense products where the ratings fill at least 1 / ``DENSE_FILL``
-    of the matrix and it has at most ``DENSE_ENTRIES`` entries: an ML-1M split 2.3-2.7 s against 5.4-6.0 s for
-    the sparse products (the neighbours' sets 99.99 % the same, their order 99.3 %: float32 sums). Else
-    (items x users) sparse float64 matrices times dense blocks of columns: about ratings x items multiply-adds,
-    where the dense products would take users x items^2."""
-    n_users, n_items = n_levels
-    users, items = index[:, 0], index[:, 1]
-    device = index.device
-    if n_users * n_items <= min(DENSE_ENTRIES, DENSE_FILL * index.shape[0]):
-        e = torch.zeros(n_users, n_items, dtype=torch.float32, device=device)
-        e.index_put_((users, items), residual.to(torch.float32), accumulate=True)
-        r = torch.zeros_like(e)
-        r[users, items] = 1.0  # a repeated pair counts once
-        block = max(1, BLOCK_ENTRIES // n_items)
-        for start in range(0, n_items, block):
-            stop = min(start + block, n_items)
-            yield start, stop, e.T @ e[:, start:stop], r.T @ r[:, start:stop]
-        return
-    # (items x users) sparse matrices of the residuals and of who rated what (float64: sums of many products)
-    e = torch.sparse_coo_tensor(torch.stack([items, users]), residual, (n_items, n_users),
-                                check_invariants=False).coalesce()
-    # who rated what: a 1 at each distinct (item, user) of the coalesced residuals (a repeated pair counts once)
-    r = torch.sparse_coo_tensor(e.indices(), torch.ones_like(e.values()), e.shape, check_invariants=False,
-                                is_coalesced=True)
-    block = max(1, min(n_items, BLOCK_ENTRIES // max(n_users, 1)))
-    for start in range(0, n_items, block):
-        stop = min(start + block, n_items)
-        cols = torch.arange(start, stop, device=device)
-        e_block = _dense_columns(index, residual, cols, n_users)  # (users, block)
-        r_block = _dense_columns(index, torch.ones_like(residual), cols, n_users).clamp_max(1.0)
-        yield start, stop, torch.sparse.mm(e, e_block), torch.sparse.mm(r, r_block)
-
-
-def _dense_columns(index: Tensor, values: Tensor, cols: Tensor, n_users: int) -> Tensor:
-    """The (users, len(cols)) dense block of the (users x items) matrix with ``values`` at ``index``, for the
-    items ``cols`` (consecutive)."""
-    start = int(cols[0])
-    inside = (index[:, 1] >= start) & (index[:, 1] < start + cols.numel())
-    out = torch.zeros(n_users, cols.numel(), dtype=values.dtype, device=values.device)
-    out.index_put_((index[inside, 0], index[inside, 1] - start), values[inside], accumulate=True)
-    return out
 
 
 def _near(users: Any, items: Any, neighbours: Any, graphs: list[tuple[Any, Any]], n_items: int) -> dict[str, Rows]:
