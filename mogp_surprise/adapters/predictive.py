@@ -16,7 +16,6 @@ other type (``196`` vs ``"196"``) raises a one-time warning.
 from __future__ import annotations
 
 import math
-
 from typing import Any, Sequence
 
 import numpy as np
@@ -162,7 +161,7 @@ class PredictiveAlgo(AlgoBase):
 
 
 def _details(var: float, index: Sequence[int]) -> dict[str, Any]:
-    return {"var": var, "std": math.sqrt(var), "was_impossible": False,
+    return {"var": var, "std": math.sqrt(var) if var >= 0 else math.nan, "was_impossible": False,
             "unknown_user": bool(index[0] < 0), "unknown_item": bool(index[1] < 0)}
 
 

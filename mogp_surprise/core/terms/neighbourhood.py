@@ -53,8 +53,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .base import RatingParts, Rows, Table, Term, register_term
 from ..similarity import item_neighbours, neighbour_positions
+from .base import RatingParts, Rows, Table, Term, register_term
 from .bias import Bias, _variances
 
 #: neighbours per item, their tables' prior precision, and the shrinkage of the similarity by common raters
@@ -134,7 +134,7 @@ class Neighbourhood(Term):
         within, spread = _variances(toward_user, sums, counts, index[:, 0])
         keys, order = torch.sort(index[:, 0] * n_items + index[:, 1])
         neighbours = item_neighbours(index, residual, self.n_levels, int(self.options["neighbours"]),
-                                 float(self.options["shrink"]))
+                                     float(self.options["shrink"]))
         return {"graph_keys": keys, "graph_residuals": residual[order].to(init.dtype), "neighbours": neighbours,
                 "item_bias": b_item, "user_shrink": torch.tensor([within / spread], dtype=dtype),
                 "training_positions": neighbour_positions(index, neighbours, keys, order, n_items),
