@@ -107,6 +107,16 @@ def add_rows_kernel():
 
 
 @functools.cache
+def pair_neighbourhood_kernel():
+    """:func:`~.row_kernel.pair_neighbourhood` (numba), or ``None`` where the row kernel is not available; looked up
+    once (it serves one pair at a time, where an import statement's 2 us count)."""
+    if row_kernel() is None:
+        return None
+    from .row_kernel import pair_neighbourhood
+    return pair_neighbourhood
+
+
+@functools.cache
 def row_kernel():
     """:func:`~.row_kernel.row_adam` (numba), or ``None`` where numba is not installed or cannot compile it."""
     try:

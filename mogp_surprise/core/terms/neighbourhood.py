@@ -53,6 +53,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..optim import pair_neighbourhood_kernel
 from ..similarity import item_neighbours, neighbour_positions
 from .base import RatingParts, Rows, Table, Term, register_term
 from .bias import Bias, _variances
@@ -158,7 +159,7 @@ class Neighbourhood(Term):
         """One pair's part in one compiled call (:func:`~..row_kernel.pair_neighbourhood`; numba), where
         :meth:`pair_rows` and :meth:`combine` take some thirty numpy calls (ML-1M ``predict``, one process, A/B: 84 ->
         51 us; 42 us without the term). None without numba."""
-        kernel = _pair_kernel()
+        kernel = pair_neighbourhood_kernel()
         if kernel is None:
             return None
         user, item = index
@@ -227,19 +228,6 @@ class Neighbourhood(Term):
 EXTRAS = ("graph_keys", "graph_residuals", "neighbours", "item_bias", "user_shrink")
 
 
-def _pair_kernel() -> Any:
-    """The compiled one-pair kernel, or None where numba is not available (looked up once: 2 us a call)."""
-    if "pair" not in _KERNEL:
-        from ..optim import row_kernel
-
-        _KERNEL["pair"] = None
-        if row_kernel() is not None:
-            from ..row_kernel import pair_neighbourhood
-            _KERNEL["pair"] = pair_neighbourhood
-    return _KERNEL["pair"]
-
-
-_KERNEL: dict[str, Any] = {}
 #: no appended users' graph, no Laplace variances (the kernel's arguments)
 _NO_KEYS, _NO_VALUES, _NO_ROWS = np.empty(0, dtype=np.int64), np.empty(0), np.empty((0, 0))
 
@@ -276,7 +264,7 @@ def _near(users: Any, items: Any, neighbours: Any, graphs: list[tuple[Any, Any]]
                 pos = np.minimum(np.searchsorted(keys, query), keys.size - 1)
                 found = (keys[pos] == query) & valid
                 near, hit = np.where(found, residuals[pos], near), hit | found
-        return {"near_residual": Rows(near.astype(dtype)), "near_rated": Rows(hit.astype(dtype))}
+        return {"near_residual": Rows(near.astype(dtype, copy=False)), "near_rated": Rows(hit.astype(dtype))}
     known = (users >= 0) & (items >= 0)
     nb = neighbours[items.clamp_min(0)]
     zeros = torch.zeros(nb.shape, dtype=dtype, device=nb.device)
