@@ -54,7 +54,7 @@ prior is on x_u and p~_u, the model's on a_u and p_u. Homoscedastic models have 
 
 L is maximised in float64 by L-BFGS (strong Wolfe line search), from the prior's mean or from a
 known user's fitted values (``init_user``); for a user with few ratings (``WHITEN_MAX_RATINGS``) in
-coordinates whitened by the Hessian of -L at the start (:func:`_whitening`), where it needs about half
+coordinates whitened by the curvature of -L at the start (:func:`_whitening`), where it needs about half
 the steps. At the optimum the user gets the diagonal
 Gauss-Newton (Laplace) variances that :func:`~mogp_surprise.core.laplace.laplace_variances` gives
 trained users (and, for choosing what to ask a user, the full Gauss-Newton covariance of those entries) (with the model's priors, 1 / v_x = embedding_reg, 1 / v_b = bias_reg, 1 / v_p = mf_reg)::
@@ -95,7 +95,7 @@ from .user_objective import PRIORS, FoldInContext, UserData, context_for
 __all__ = ["FoldedUser", "fold_in", "fold_in_many", "fold_in_objective", "PRIORS"]
 
 #: fold-in's default gradient tolerance (see ``tol`` of :func:`fold_in`)
-TOL = 1e-5
+TOL = 1e-4
 
 
 def fold_in(posterior: MWGPPosterior, items: np.ndarray, ratings: np.ndarray, init_user: int | None = None,
@@ -117,9 +117,9 @@ def fold_in(posterior: MWGPPosterior, items: np.ndarray, ratings: np.ndarray, in
         instead of the prior mean.
     max_iter : int, default=100
         Maximum number of L-BFGS iterations.
-    tol : float, default=1e-5
+    tol : float, default=1e-4
         Stop when every gradient entry is below ``tol`` in absolute value: the gradient in the coordinates the
-        optimiser works in, whitened by the objective's Hessian at the start for users with up to
+        optimiser works in, whitened by the objective's curvature at the start for users with up to
         ``WHITEN_MAX_RATINGS`` ratings (there an entry is about the distance to the optimum along one
         direction, in units of the posterior standard deviation); for more ratings, of the raw parameters.
     prior : {"population", "model"}, default="population"
@@ -258,29 +258,55 @@ def _check_init(ctx: FoldInContext, init, where: str) -> int | None:
 WHITEN_MAX_RATINGS = 64
 
 
-def _whitening(ctx: FoldInContext, data: UserData, start: Tensor) -> Tensor | None:
-    """P with theta = start + P z, P = V diag(e)^(-1/2) from the Hessian V diag(e) V^T of the negative objective at
-    the start (its eigenvalues floored at 1e-3 of the largest), or None: above ``WHITEN_MAX_RATINGS`` ratings, or
-    where that Hessian is not finite.
+def _whitening(ctx: FoldInContext, data: UserData, start: Tensor, covariance: Tensor) -> Tensor | None:
+    """P with theta = start + P z, such that P^T H P is about the identity for the Hessian H of the negative objective
+    at the start, or None: above ``WHITEN_MAX_RATINGS`` ratings, or where that curvature is not finite.
+
+    H is taken in two parts, each whitened by V diag(e)^(-1/2) from its eigenvalues e (floored at 1e-3 of the
+    largest of both): the Laplace entries under a proper prior by their Gauss-Newton precision, whose inverse
+    ``covariance`` (:meth:`~.user_objective.FoldInContext.laplace` at the start, in the order of the Laplace
+    entries) the expected residuals have formed already; the other entries (the noise offset's mean and log
+    variance) by the objective's Hessian in their coordinates, by autograd. The two parts' cross terms are left
+    out.
 
     In these coordinates the objective is about as curved in every direction, so L-BFGS needs fewer steps: a user
-    with 10 ratings of ML-1M's default model takes 11 evaluations of the objective instead of 20 (12.3 against
-    20.6 ms with the Hessian's 2.8 ms). With many ratings the Hessian (one backward pass per parameter, over every
-    rating) costs more than the steps it saves (300 ratings: 65 against 45 ms), and L-BFGS runs on theta itself.
+    with 10 ratings of ML-1M's default model takes 10 evaluations of the objective instead of 20. The Hessian of
+    every entry by autograd (2.8-3.4 ms for those 10 ratings; 10.0 evaluations) cost more than the Gauss-Newton
+    part and the noise offset's 2 x 2 Hessian (1.8 ms; 10.4 evaluations). With many ratings the Hessian (one
+    backward pass per parameter, over every rating) costs more than the steps it saves (300 ratings: 65 against
+    45 ms), and L-BFGS runs on theta itself.
     """
     if data.n > WHITEN_MAX_RATINGS:
         return None
-    from torch.autograd.functional import hessian
+    coords = [torch.arange(b.start, b.start + b.width, device=ctx.device) for b in ctx.laplace_blocks]
+    laplace = torch.cat(coords) if coords else torch.zeros(0, dtype=torch.long, device=ctx.device)
+    proper = torch.diagonal(covariance) > 0  # (a flat prior's entries have variance 0: no Gauss-Newton part)
+    by_gn = laplace[proper]
+    rest = torch.ones(ctx.dim, dtype=torch.bool, device=ctx.device)
+    rest[by_gn] = False
+    rest = rest.nonzero().squeeze(1)
+    parts = []  # (coordinates, eigenvalues of their curvature, eigenvectors)
+    if by_gn.numel():
+        e, v = torch.linalg.eigh(covariance[proper][:, proper])
+        parts.append((by_gn, 1.0 / e, v))
+    if rest.numel():
+        from torch.autograd.functional import hessian
 
-    with torch.enable_grad():
-        h = hessian(lambda theta: -ctx.objective(data, theta), start, vectorize=True)
-    if not torch.isfinite(h).all():
+        def objective(values: Tensor) -> Tensor:
+            return -ctx.objective(data, start.index_put((rest,), values))
+
+        with torch.enable_grad():
+            h = hessian(objective, start[rest], vectorize=True)
+        parts.append((rest, *torch.linalg.eigh(0.5 * (h + h.T))))
+    if not all(torch.isfinite(e).all() and torch.isfinite(v).all() for _, e, v in parts):
         return None
-    e, v = torch.linalg.eigh(0.5 * (h + h.T))
-    top = e.max()
+    top = max(e.max() for _, e, _ in parts)
     if not top > 0:
         return None
-    return v / e.clamp_min(1e-3 * top).sqrt()
+    out = torch.zeros(ctx.dim, ctx.dim, dtype=start.dtype, device=ctx.device)
+    for where, e, v in parts:
+        out[where.unsqueeze(1), where.unsqueeze(0)] = v / e.clamp_min(1e-3 * top).sqrt()
+    return out
 
 
 def _fold(ctx: FoldInContext, items: np.ndarray, y: np.ndarray, init: int | None, max_iter: int,
@@ -294,10 +320,13 @@ def _fold_state(ctx: FoldInContext, data: UserData, init: int | None, max_iter: 
     theta = ctx.start(data, init if data.n else None)
     n_iter = 0
     if data.n:  # (0 ratings: nothing to fit, the prior's values, predicted as the cold-start user)
-        if expected_residuals:  # the variances of the ratings' means, at the start
-            data = ctx.with_expected_residuals(data, theta)
         start = theta
-        whiten = _whitening(ctx, data, start)
+        # the Gauss-Newton posterior at the start, for the expected residuals and the whitening
+        at_start = ctx.laplace(data, start, with_jacobian=True) if data.n <= WHITEN_MAX_RATINGS or (
+            expected_residuals and ctx.user_noise) else None
+        if expected_residuals:  # the variances of the ratings' means, at the start
+            data = ctx.with_expected_residuals(data, start, at_start)
+        whiten = _whitening(ctx, data, start, at_start[1]) if at_start is not None else None
         param = torch.zeros_like(start) if whiten is not None else start.clone()
         param.requires_grad_(True)
         optimizer = torch.optim.LBFGS([param], lr=1.0, max_iter=max_iter, tolerance_grad=tol,

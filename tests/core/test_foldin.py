@@ -268,6 +268,57 @@ def _user_rows(user: int, n_items: int = N_ITEMS) -> np.ndarray:
     return np.stack([np.full(n_items, user), np.arange(n_items)], 1)
 
 
+@pytest.mark.parametrize("heteroscedastic", [True, False])
+def test_whitening_makes_the_start_curvature_the_identity_block_by_block(heteroscedastic) -> None:
+    """Fold-in's whitening P: on the Laplace entries P^T (Gauss-Newton precision) P = I, that precision formed
+    independently (the population's prior precisions + J^T diag(lambda) J with J by autograd of the predictive
+    mean); on the other entries (the noise offset) P^T H P = I with H the Hessian of the objective by autograd;
+    no coupling between the two. Whitened, the curvature of the whole objective is far better conditioned than
+    unwhitened, and fold-in with and without whitening reaches the same optimum."""
+    from torch.autograd.functional import hessian
+
+    from mogp_surprise.core.foldin import WHITEN_MAX_RATINGS, _whitening
+
+    mod, post = _random_model(heteroscedastic, True, True, 2)
+    y = torch.randn(len(ITEMS), generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    ctx = FoldInContext(post)
+    data = ctx.user_data(ITEMS, y.numpy())
+    start = ctx.start(data, None)
+    at_start = ctx.laplace(data, start, with_jacobian=True)
+    data = ctx.with_expected_residuals(data, start, at_start)
+    whiten = _whitening(ctx, data, start, at_start[1])
+    laplace = torch.cat([torch.arange(b.start, b.start + b.width) for b in ctx.laplace_blocks])
+    rest = torch.tensor([i for i in range(ctx.dim) if i not in set(laplace.tolist())], dtype=torch.long)
+    assert rest.numel() == (2 if heteroscedastic else 0)
+    # the Gauss-Newton precision, from the mean's Jacobian by autograd
+    prior = torch.cat([1.0 / population(post, *b.key.split("."))[1].double().reshape(-1) for b in ctx.laplace_blocks])
+    jac, lam = ctx.mean_jacobian(data, start)
+    gn = torch.diag(prior) + (jac * lam[:, None]).T @ jac
+    pl = whiten[laplace][:, laplace]
+    torch.testing.assert_close(pl.T @ gn @ pl, torch.eye(laplace.numel(), dtype=torch.float64), rtol=0, atol=1e-9)
+    full = hessian(lambda theta: -ctx.objective(data, theta), start)
+    if rest.numel():
+        pr = whiten[rest][:, rest]
+        torch.testing.assert_close(pr.T @ full[rest][:, rest] @ pr, torch.eye(2, dtype=torch.float64), rtol=0,
+                                   atol=1e-9)
+        assert not whiten[laplace][:, rest].any() and not whiten[rest][:, laplace].any()
+    assert torch.linalg.cond(whiten.T @ full @ whiten) < torch.linalg.cond(full) / 3
+    ratings = (RATING_MEAN + RATING_STD * y).numpy()
+    whitened = fold_in(post, ITEMS, ratings, tol=1e-9)
+    assert len(ITEMS) <= WHITEN_MAX_RATINGS
+    import mogp_surprise.core.foldin as foldin
+
+    saved = foldin.WHITEN_MAX_RATINGS
+    try:
+        foldin.WHITEN_MAX_RATINGS = 0  # (no whitening)
+        plain = fold_in(post, ITEMS, ratings, tol=1e-9)
+    finally:
+        foldin.WHITEN_MAX_RATINGS = saved
+    for key in whitened.raw:
+        np.testing.assert_allclose(whitened.raw[key], plain.raw[key], rtol=1e-5, atol=1e-7, err_msg=key)
+    assert whitened.objective == pytest.approx(plain.objective, rel=1e-10)
+
+
 def test_refolding_trained_users_recovers_their_predictions(synthetic) -> None:
     """Folding in a trained user's own training ratings from the population prior's mean gives predictions
     close to the trained model's for that user (RMS difference over all items < 20% of the cold-start
