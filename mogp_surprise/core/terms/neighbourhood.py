@@ -37,8 +37,8 @@ the start.
 Cost. The similarity is formed before training (:mod:`~mogp_surprise.core.similarity`): dense float32 products
 where the ratings fill the (users x items) matrix to at least 1 / 32 (ML-100K, ML-1M), else (items x users) sparse
 products in blocks of items, about (ratings x items) multiply-adds. Memory: the training ratings once more, plus
-2 K floats per item. In training, the place in the graph of every training rating's K neighbours is formed once per
-fit (4 bytes each) and a step reads them by the ratings' positions. Pairs of one user with as many neighbours as a
+2 K floats per item. In training, the residuals of every training rating's K neighbours are formed once per fit (one
+float each, NaN where the user did not rate the neighbour) and a step reads the rows of its ratings. Pairs of one user with as many neighbours as a
 sixteenth of the items (a catalogue, fold-in's answers) read the user's row spread over a dense vector of the items;
 any other pair looks its K neighbours up by binary search in the sorted keys, and one pair served alone takes its
 part from one compiled call (:meth:`Neighbourhood.pair_part`).
@@ -46,6 +46,7 @@ part from one compiled call (:meth:`Neighbourhood.pair_part`).
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -54,7 +55,7 @@ import torch
 from torch import Tensor
 
 from ..optim import pair_neighbourhood_kernel
-from ..similarity import item_neighbours, neighbour_positions
+from ..similarity import MAP_ENTRIES, item_neighbours, neighbour_positions
 from .base import RatingParts, Rows, Table, Term, register_term
 from .bias import Bias, _variances
 
@@ -136,22 +137,22 @@ class Neighbourhood(Term):
         keys, order = torch.sort(index[:, 0] * n_items + index[:, 1])
         neighbours = item_neighbours(index, residual, self.n_levels, int(self.options["neighbours"]),
                                      float(self.options["shrink"]))
-        return {"graph_keys": keys, "graph_residuals": residual[order].to(init.dtype), "neighbours": neighbours,
+        ordered = residual[order].to(init.dtype)
+        return {"graph_keys": keys, "graph_residuals": ordered, "neighbours": neighbours,
                 "item_bias": b_item, "user_shrink": torch.tensor([within / spread], dtype=dtype),
-                "training_positions": neighbour_positions(index, neighbours, keys, order, n_items),
-                "training_residuals": torch.cat([residual[order], residual.new_zeros(1)]).to(init.dtype)}
+                "training_near": _training_near(neighbour_positions(index, neighbours, keys, order, n_items),
+                                                ordered)}
 
     def fitted_extras(self) -> dict[str, Tensor]:
         return {name: self._buffers[name] for name in EXTRAS if name in self._buffers}
 
     # -- a rating's pair inputs ------------------------------------------------------------------------------
     def pair_rows(self, index: Any, extras: dict[str, Any], rows: Tensor | None = None) -> dict[str, Rows]:
-        positions = self._buffers.get("training_positions") if rows is not None else None
-        if positions is not None:  # training ratings: their neighbours' places in the graph, formed before training
-            place = positions[rows]
-            # -1 (not rated) reads the 0 appended to the residuals
-            return {"near_residual": Rows(self._buffers["training_residuals"][place]),
-                    "near_rated": Rows((place >= 0).to(extras["graph_residuals"].dtype))}
+        near = self._buffers.get("training_near") if rows is not None else None
+        if near is not None:  # training ratings: their neighbours' residuals, formed before training (NaN: not rated)
+            values = near.index_select(0, rows)
+            rated = ~torch.isnan(values)
+            return {"near_residual": Rows(values.masked_fill(~rated, 0.0)), "near_rated": Rows(rated.to(values.dtype))}
         return _near(index[:, 0], index[:, 1], extras["neighbours"], _graphs(extras), self.n_levels[1])
 
     def pair_part(self, index: tuple[int, ...], tables: dict[str, tuple[np.ndarray, np.ndarray | None]],
@@ -239,6 +240,18 @@ def _graphs(extras: dict[str, Any]) -> list[tuple[Any, Any]]:
     if "added_keys" in extras:
         graphs.append((extras["added_keys"], extras["added_residuals"]))
     return graphs
+
+
+def _training_near(place: Tensor, residuals: Tensor) -> Tensor:
+    """Every training rating's neighbours' residuals (ratings, K), NaN where the user did not rate the neighbour,
+    from their places in the graph (-1: not rated), in chunks of ratings. A step then reads one row per rating
+    (8,192 ratings at ML-1M's sizes: 0.5 ms, against 2.0 ms for reading the places and then the residuals)."""
+    out = torch.empty(place.shape, dtype=residuals.dtype, device=residuals.device)
+    step = max(1, MAP_ENTRIES // max(place.shape[1], 1))
+    for start in range(0, place.shape[0], step):
+        chunk = place[start:start + step]
+        out[start:start + step] = residuals[chunk.clamp_min(0).long()].masked_fill_(chunk < 0, math.nan)
+    return out
 
 
 def _fingerprint(index: Tensor, y: Tensor) -> str:
