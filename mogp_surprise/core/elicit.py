@@ -33,6 +33,7 @@ import torch
 from .errors import check_int
 from .foldin import TOL, _check_init, _check_ratings, _fold_state
 from .posterior import MWGPPosterior
+from .rows import sorted_distinct
 from .state import FoldedUser
 from .user_objective import context_for
 
@@ -161,8 +162,7 @@ class RatingGraph:
     def from_pairs(cls, users: np.ndarray, items: np.ndarray, n_users: int, n_items: int) -> "RatingGraph":
         """From (user, item) inner index pairs (a pair rated twice counts once)."""
         users, items = np.asarray(users, dtype=np.int64), np.asarray(items, dtype=np.int64)
-        pairs = np.sort(users * n_items + items)  # (np.unique takes 10x longer on 1M pairs)
-        pairs = pairs[np.concatenate([[True], pairs[1:] != pairs[:-1]])] if pairs.size else pairs
+        pairs = sorted_distinct(users * n_items + items)
         users, items = pairs // n_items, pairs % n_items
         indptr = np.concatenate([[0], np.cumsum(np.bincount(users, minlength=n_users))])
         by_item = np.argsort(items, kind="stable")

@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from . import memory
-from .rows import levels_present
+from .rows import levels_present, sorted_distinct
 
 
 class ImplicitFeedback:
@@ -152,7 +152,7 @@ def implicit_graph(index: Tensor, n_levels: tuple[int, int], dtype: torch.dtype)
     """
     n_u, n_i = n_levels
     idx = index[:, :2].detach().cpu().numpy().astype(np.int64, copy=False)
-    keys = np.unique(idx[:, 0] * n_i + idx[:, 1])  # sorted: user-major, items ascending within a user
+    keys = sorted_distinct(idx[:, 0] * n_i + idx[:, 1])  # user-major, items ascending within a user
     users = keys // n_i
     items = keys - users * n_i
     del keys

@@ -115,6 +115,13 @@ def distinct_rows(index: Tensor) -> tuple[Tensor, Tensor]:
     return torch.from_numpy(values[first]).to(index.dtype), torch.from_numpy(inverse).to(index.dtype)
 
 
+def sorted_distinct(keys: np.ndarray) -> np.ndarray:
+    """``np.unique`` of a 1-d array (sorted distinct values) by one sort and a mask of changes: numpy 2.4's
+    ``np.unique`` goes through a hash table first and took 0.69 s for 800,000 int64 keys, against 0.009 s."""
+    keys = np.sort(keys)
+    return keys[np.concatenate([[True], keys[1:] != keys[:-1]])] if keys.size else keys
+
+
 def distinct_index_rows(index: np.ndarray, n_levels: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     """The distinct rows of an (n, F) numpy index (entries -1 allowed: an unseen level) and each row's
     place among them, by one integer key per row where the levels allow one."""

@@ -42,3 +42,14 @@ def test_distinct_rows_is_torch_unique(n_rows, size, dtype) -> None:
         expected = torch.unique(index, return_inverse=True)
         assert torch.equal(rows, expected[0]) and torch.equal(inverse, expected[1])
         assert rows.dtype == index.dtype and inverse.dtype == index.dtype
+
+
+def test_sorted_distinct_is_numpys_unique() -> None:
+    """The sort-and-mask distinct values equal np.unique's: repeats, negatives, one value, none."""
+    from mogp_surprise.core.rows import sorted_distinct
+
+    gen = np.random.default_rng(4)
+    for keys in (gen.integers(-50, 50, 1000), gen.integers(0, 10 ** 12, 5000), np.full(7, 3), np.empty(0, np.int64)):
+        got = sorted_distinct(keys)
+        np.testing.assert_array_equal(got, np.unique(keys))
+        assert got.dtype == keys.dtype

@@ -38,10 +38,10 @@ Cost. The similarity is formed before training (:mod:`~mogp_surprise.core.simila
 where the ratings fill the (users x items) matrix to at least 1 / 32 (ML-100K, ML-1M), else (items x users) sparse
 products in blocks of items, about (ratings x items) multiply-adds. Memory: the training ratings once more, plus
 2 K floats per item. In training, the residuals of every training rating's K neighbours are formed once per fit (one
-float each, NaN where the user did not rate the neighbour) and a step reads the rows of its ratings. Pairs of one user with as many neighbours as a
-sixteenth of the items (a catalogue, fold-in's answers) read the user's row spread over a dense vector of the items;
-any other pair looks its K neighbours up by binary search in the sorted keys, and one pair served alone takes its
-part from one compiled call (:meth:`Neighbourhood.pair_part`).
+float each, NaN where the user did not rate the neighbour) and a step reads the rows of its ratings. Pairs of one
+user with as many neighbours as a sixteenth of the items (a catalogue, fold-in's answers) read the user's row spread
+over a dense vector of the items; any other pair looks its K neighbours up by binary search in the sorted keys, and
+one pair served alone takes its part from one compiled call (:meth:`Neighbourhood.pair_part`).
 """
 from __future__ import annotations
 
@@ -150,9 +150,10 @@ class Neighbourhood(Term):
     def pair_rows(self, index: Any, extras: dict[str, Any], rows: Tensor | None = None) -> dict[str, Rows]:
         near = self._buffers.get("training_near") if rows is not None else None
         if near is not None:  # training ratings: their neighbours' residuals, formed before training (NaN: not rated)
-            values = near.index_select(0, rows)
-            rated = ~torch.isnan(values)
-            return {"near_residual": Rows(values.masked_fill(~rated, 0.0)), "near_rated": Rows(rated.to(values.dtype))}
+            values = near.index_select(0, rows)  # (a new tensor: filled in place)
+            missing = torch.isnan(values)
+            return {"near_rated": Rows((~missing).to(values.dtype)),
+                    "near_residual": Rows(values.masked_fill_(missing, 0.0))}
         return _near(index[:, 0], index[:, 1], extras["neighbours"], _graphs(extras), self.n_levels[1])
 
     def pair_part(self, index: tuple[int, ...], tables: dict[str, tuple[np.ndarray, np.ndarray | None]],
