@@ -2,10 +2,11 @@
 the dense gather and the distinct rows of a minibatch (the row-sparse gather: ``test_optim.py``)."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
-from mogp_surprise.core.rows import add_rows, distinct_rows, gather_rows
+from mogp_surprise.core.rows import add_rows, distinct_rows, gather_rows, sorted_distinct
 
 
 @pytest.mark.parametrize("width", [None, 1, 8, 16])
@@ -46,8 +47,6 @@ def test_distinct_rows_is_torch_unique(n_rows, size, dtype) -> None:
 
 def test_sorted_distinct_is_numpys_unique() -> None:
     """The sort-and-mask distinct values equal np.unique's: repeats, negatives, one value, none."""
-    from mogp_surprise.core.rows import sorted_distinct
-
     gen = np.random.default_rng(4)
     for keys in (gen.integers(-50, 50, 1000), gen.integers(0, 10 ** 12, 5000), np.full(7, 3), np.empty(0, np.int64)):
         got = sorted_distinct(keys)
