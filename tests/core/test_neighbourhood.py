@@ -125,15 +125,20 @@ def test_one_users_pairs_read_the_users_row_as_the_search_does(term, monkeypatch
             torch.testing.assert_close(row[name].value, searched[name].value, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("dense", [True, False])
-def test_dense_and_sparse_products_choose_the_most_similar_items(data, term, monkeypatch, dense):
+@pytest.mark.parametrize("dense,symmetric_block", [(True, 1024), (True, 3), (False, 1024)])
+def test_dense_and_sparse_products_choose_the_most_similar_items(data, term, monkeypatch, dense, symmetric_block):
     """Both ways of forming the similarity (dense float32 products where the ratings fill the (users x items)
-    matrix, sparse float64 ones elsewhere) pick each item's k most similar items of the direct loops."""
+    matrix, by blocks of their symmetric halves where they fit in one block; sparse float64 ones elsewhere) pick
+    each item's k most similar items of the direct loops."""
     index, _ = data
     t, init = term
     k, shrink = t.options["neighbours"], t.options["shrink"]
     e, _, sim = _direct(index, init.y.numpy(), init, k, shrink)
     monkeypatch.setattr(similarity, "DENSE_ENTRIES", 2 ** 25 if dense else 0)
+    monkeypatch.setattr(similarity, "SYMMETRIC_BLOCK", symmetric_block)
+    if dense:  # the symmetric halves give the whole products
+        x = torch.as_tensor(np.random.default_rng(1).normal(size=(7, 11)), dtype=torch.float32)
+        torch.testing.assert_close(similarity._symmetric_product(x), x.T @ x, rtol=1e-6, atol=1e-6)
     idx = torch.as_tensor(index)
     residual = torch.as_tensor(e[index[:, 0], index[:, 1]])
     blocks = list(similarity.products(idx, residual, (N_USERS, N_ITEMS)))
