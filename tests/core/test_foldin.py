@@ -269,7 +269,7 @@ def _user_rows(user: int, n_items: int = N_ITEMS) -> np.ndarray:
 
 
 @pytest.mark.parametrize("heteroscedastic", [True, False])
-def test_whitening_makes_the_start_curvature_the_identity_block_by_block(heteroscedastic) -> None:
+def test_whitening_makes_the_start_curvature_the_identity_block_by_block(heteroscedastic, monkeypatch) -> None:
     """Fold-in's whitening P: on the Laplace entries P^T (Gauss-Newton precision) P = I, that precision formed
     independently (the population's prior precisions + J^T diag(lambda) J with J by autograd of the predictive
     mean); on the other entries (the noise offset) P^T H P = I with H the Hessian of the objective by autograd;
@@ -277,6 +277,7 @@ def test_whitening_makes_the_start_curvature_the_identity_block_by_block(heteros
     unwhitened, and fold-in with and without whitening reaches the same optimum."""
     from torch.autograd.functional import hessian
 
+    from mogp_surprise.core import foldin
     from mogp_surprise.core.foldin import WHITEN_MAX_RATINGS, _whitening
 
     mod, post = _random_model(heteroscedastic, True, True, 2)
@@ -306,14 +307,8 @@ def test_whitening_makes_the_start_curvature_the_identity_block_by_block(heteros
     ratings = (RATING_MEAN + RATING_STD * y).numpy()
     whitened = fold_in(post, ITEMS, ratings, tol=1e-9)
     assert len(ITEMS) <= WHITEN_MAX_RATINGS
-    import mogp_surprise.core.foldin as foldin
-
-    saved = foldin.WHITEN_MAX_RATINGS
-    try:
-        foldin.WHITEN_MAX_RATINGS = 0  # (no whitening)
-        plain = fold_in(post, ITEMS, ratings, tol=1e-9)
-    finally:
-        foldin.WHITEN_MAX_RATINGS = saved
+    monkeypatch.setattr(foldin, "WHITEN_MAX_RATINGS", 0)  # (no whitening)
+    plain = fold_in(post, ITEMS, ratings, tol=1e-9)
     for key in whitened.raw:
         np.testing.assert_allclose(whitened.raw[key], plain.raw[key], rtol=1e-5, atol=1e-7, err_msg=key)
     assert whitened.objective == pytest.approx(plain.objective, rel=1e-10)
