@@ -150,10 +150,9 @@ class Neighbourhood(Term):
     def pair_rows(self, index: Any, extras: dict[str, Any], rows: Tensor | None = None) -> dict[str, Rows]:
         near = self._buffers.get("training_near") if rows is not None else None
         if near is not None:  # training ratings: their neighbours' residuals, formed before training (NaN: not rated)
-            values = near.index_select(0, rows)  # (a new tensor: filled in place)
-            missing = torch.isnan(values)
-            return {"near_rated": Rows((~missing).to(values.dtype)),
-                    "near_residual": Rows(values.masked_fill_(missing, 0.0))}
+            values = near.index_select(0, rows)  # (a new tensor: its NaN become 0 in place)
+            rated = (values == values).to(values.dtype)  # (NaN is the one value unequal to itself)
+            return {"near_rated": Rows(rated), "near_residual": Rows(values.nan_to_num_(0.0))}
         return _near(index[:, 0], index[:, 1], extras["neighbours"], _graphs(extras), self.n_levels[1])
 
     def pair_part(self, index: tuple[int, ...], tables: dict[str, tuple[np.ndarray, np.ndarray | None]],
