@@ -327,19 +327,21 @@ class FoldInContext:
             return out, covariance, jac
         return out, covariance
 
-    def with_expected_residuals(self, data: UserData, theta: Tensor, posterior=None) -> UserData:
+    def with_expected_residuals(self, data: UserData, theta: Tensor, gauss_newton: tuple | None = None) -> UserData:
         """``data`` with the expected residuals' variances at ``theta`` (:meth:`residual_variance`), where a user
-        row sets the noise and there are ratings; otherwise ``data`` itself (:mod:`.foldin`). ``posterior``:
+        row sets the noise and there are ratings; otherwise ``data`` itself (:mod:`.foldin`). ``gauss_newton``:
         :meth:`laplace` at ``theta`` with the Jacobian, if already formed."""
         if not (self.user_noise and data.n):
             return data
-        return replace(data, extra_variance=self.residual_variance(data, theta, posterior))
+        return replace(data, extra_variance=self.residual_variance(data, theta, gauss_newton))
 
-    def residual_variance(self, data: UserData, theta: Tensor, posterior=None) -> Tensor:
+    def residual_variance(self, data: UserData, theta: Tensor, gauss_newton: tuple | None = None) -> Tensor:
         """Var[E[y_j]] = J_j Sigma J_j^T of every rating under the user's Laplace posterior at ``theta`` (n,): what
         the squared residual (y_j - m_j)^2 at the posterior mean misses of its expectation (:mod:`.foldin`).
-        ``posterior``: :meth:`laplace` at ``theta`` with the Jacobian, if already formed."""
-        _, covariance, jac = posterior if posterior is not None else self.laplace(data, theta, with_jacobian=True)
+        ``gauss_newton``: :meth:`laplace` at ``theta`` with the Jacobian, if already formed."""
+        if gauss_newton is None:
+            gauss_newton = self.laplace(data, theta, with_jacobian=True)
+        _, covariance, jac = gauss_newton
         if jac is None:
             return torch.zeros(data.n, dtype=torch.float64, device=self.device)
         return ((jac @ covariance) * jac).sum(-1)
