@@ -284,8 +284,10 @@ class FoldInContext:
         pairs = None
         if data.answers is not None and any(t.term.reads_pairs for t in self.state.terms):
             pairs = self.pair_rows(torch.arange(self.n_items, device=self.device), data.answers)
-        return replace(self._catalogue, implicit=data.implicit, prior_center=data.prior_center, answers=data.answers,
-                       pair_rows=pairs)
+        out = replace(self._catalogue, implicit=data.implicit, prior_center=data.prior_center, answers=data.answers,
+                      pair_rows=pairs)
+        out.fixed = self._fixed_parts(out)  # (from these answers' pair inputs, not the template's)
+        return out
 
     def laplace(self, data: UserData, theta: Tensor, with_jacobian: bool = False):
         """The Gauss-Newton posterior of the user's Laplace entries at ``theta``: the diagonal variances per

@@ -46,7 +46,6 @@ one pair served alone takes its part from one compiled call (:meth:`Neighbourhoo
 from __future__ import annotations
 
 import hashlib
-import math
 from dataclasses import replace
 from typing import Any
 
@@ -55,7 +54,7 @@ import torch
 from torch import Tensor
 
 from ..optim import pair_neighbourhood_kernel
-from ..similarity import MAP_ENTRIES, item_neighbours, neighbour_positions
+from ..similarity import item_neighbours, neighbour_residuals
 from .base import RatingParts, Rows, Table, Term, register_term
 from .bias import Bias, _variances
 
@@ -140,8 +139,7 @@ class Neighbourhood(Term):
         ordered = residual[order].to(init.dtype)
         return {"graph_keys": keys, "graph_residuals": ordered, "neighbours": neighbours,
                 "item_bias": b_item, "user_shrink": torch.tensor([within / spread], dtype=dtype),
-                "training_near": _training_near(neighbour_positions(index, neighbours, keys, order, n_items),
-                                                ordered)}
+                "training_near": neighbour_residuals(index, neighbours, keys, order, ordered, n_items)}
 
     def fitted_extras(self) -> dict[str, Tensor]:
         return {name: self._buffers[name] for name in EXTRAS if name in self._buffers}
@@ -240,18 +238,6 @@ def _graphs(extras: dict[str, Any]) -> list[tuple[Any, Any]]:
     if "added_keys" in extras:
         graphs.append((extras["added_keys"], extras["added_residuals"]))
     return graphs
-
-
-def _training_near(place: Tensor, residuals: Tensor) -> Tensor:
-    """Every training rating's neighbours' residuals (ratings, K), NaN where the user did not rate the neighbour,
-    from their places in the graph (-1: not rated), in chunks of ratings. A step then reads one row per rating
-    (8,192 ratings at ML-1M's sizes: 0.5 ms, against 2.0 ms for reading the places and then the residuals)."""
-    out = torch.empty(place.shape, dtype=residuals.dtype, device=residuals.device)
-    step = max(1, MAP_ENTRIES // max(place.shape[1], 1))  # (the temporaries of a chunk: as large as the places' map)
-    for start in range(0, place.shape[0], step):
-        chunk = place[start:start + step]
-        out[start:start + step] = residuals[chunk.clamp_min(0).long()].masked_fill_(chunk < 0, math.nan)
-    return out
 
 
 def _fingerprint(index: Tensor, y: Tensor) -> str:
