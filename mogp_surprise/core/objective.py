@@ -70,6 +70,14 @@ def gaussian_expected_log_lik(n: int, log_noise_sum: Tensor, *weighted_sums: Ten
 
 def expected_log_lik_of_moments(parts: RatingParts, y: Tensor, f_mean: Tensor, f_var: Tensor) -> Tensor:
     """sum_n E_q[log N(y_n | mu_n + a_n f_n, sigma_n^2)] from the moments of f at every rating (module docstring)."""
+    log_noise, weighted = weighted_squared_residuals(parts, y, f_mean, f_var)
+    return gaussian_expected_log_lik(parts.n, log_noise.sum(), weighted.sum())
+
+
+def weighted_squared_residuals(parts: RatingParts, y: Tensor, f_mean: Tensor, f_var: Tensor
+                               ) -> tuple[Tensor, Tensor]:
+    """E_q[log sigma_n^2] and lambda_n E_q[(y_n - mu_n - a_n f_n)^2] (lambda_n = E_q[1 / sigma_n^2]) at every
+    rating, from the moments of f: the two per-rating parts of :func:`expected_log_lik_of_moments`."""
     mean, var = f_mean, f_var
     if parts.latent_log_scale is not None:
         scale = torch.exp(parts.latent_log_scale)
@@ -78,7 +86,7 @@ def expected_log_lik_of_moments(parts: RatingParts, y: Tensor, f_mean: Tensor, f
         var = var + parts.mean_var
     resid = y - parts.mean - mean
     log_noise, inv_noise = noise_moments(parts)
-    return gaussian_expected_log_lik(parts.n, log_noise.sum(), (inv_noise * (resid * resid + var)).sum())
+    return log_noise, inv_noise * (resid * resid + var)
 
 
 def expected_log_lik(module: MWGPModule, batch: Batch, y: Tensor, terms: WhitenedTerms) -> Tensor:

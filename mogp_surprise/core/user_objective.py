@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .objective import expected_log_lik_of_moments, noise_moments
+from .objective import gaussian_expected_log_lik, noise_moments, weighted_squared_residuals
 from .posterior import MWGPPosterior
 from .state import FittedTable, FittedTerm, PosteriorState
 from .terms import PRIORS, RatingParts, Rows, Table
@@ -226,13 +226,30 @@ class FoldInContext:
             out = out + fitted.term.user_log_prior(block.spec, block.of(theta), self.prior, fitted)
         return out
 
-    def objective(self, data: UserData, theta: Tensor) -> Tensor:
-        """The user's terms of the training ELBO at the raw rows ``theta`` (d,) (:mod:`.foldin`'s L)."""
+    def _rating_terms(self, data: UserData, theta: Tensor) -> tuple[Tensor, Tensor]:
+        """E_q[log sigma_j^2] and lambda_j E_q[(y_j - m_j)^2] of every rating at ``theta``
+        (:func:`~.objective.weighted_squared_residuals`, the expected residuals' variances included)."""
         parts = self.parts(data, theta)
         f_mean, f_var = self.f_moments(data, parts)
         if data.extra_variance is not None:  # (in the ratings' units, like a mean function's variance)
             parts.mean_var = data.extra_variance if parts.mean_var is None else parts.mean_var + data.extra_variance
-        return expected_log_lik_of_moments(parts, data.y, f_mean, f_var) + self.log_prior(data, theta)
+        return weighted_squared_residuals(parts, data.y, f_mean, f_var)
+
+    def objective(self, data: UserData, theta: Tensor) -> Tensor:
+        """The user's terms of the training ELBO at the raw rows ``theta`` (d,) (:mod:`.foldin`'s L)."""
+        log_noise, weighted = self._rating_terms(data, theta)
+        return gaussian_expected_log_lik(data.n, log_noise.sum(), weighted.sum()) + self.log_prior(data, theta)
+
+    def log_noise_curvature(self, data: UserData, theta: Tensor) -> tuple[Tensor, Tensor]:
+        """The gradient (2,) and Hessian (2, 2) of -L in a shift (m, V) of every rating's log-noise mean and
+        variance at ``theta`` (for :meth:`~.terms.Term.user_noise_hessian`): L's part in (m, V) is
+        -1/2 sum_j (m + a_j exp(V / 2 - m)), a_j = lambda_j E_q[(y_j - m_j)^2] at ``theta``, so with A = sum_j a_j
+        the gradient is (n / 2 - A / 2, A / 4) and the Hessian A [[1/2, -1/4], [-1/4, 1/8]]."""
+        with torch.no_grad():
+            a = self._rating_terms(data, theta)[1].sum()
+        grad = torch.stack([0.5 * (data.n - a), 0.25 * a])
+        hess = a * torch.tensor([[0.5, -0.25], [-0.25, 0.125]], dtype=a.dtype, device=a.device)
+        return grad, hess
 
     # -- the start and the Laplace posterior -------------------------------------------------------------------
     def start(self, data: UserData, init: int | None) -> Tensor:

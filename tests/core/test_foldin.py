@@ -314,6 +314,33 @@ def test_whitening_makes_the_start_curvature_the_identity_block_by_block(heteros
     assert whitened.objective == pytest.approx(plain.objective, rel=1e-10)
 
 
+@pytest.mark.parametrize("prior", ["population", "model"])
+def test_the_noise_rows_closed_form_hessian_is_the_objectives(prior) -> None:
+    """The noise offset's Hessian that fold-in's whitening takes in closed form (``log_noise_curvature`` through
+    ``user_noise_hessian``) equals the Hessian of -L in that row by autograd, at the start and away from it, with
+    and without the expected residuals' variances, under either prior."""
+    from torch.autograd.functional import hessian
+
+    _, post = _random_model(True, True, True, 2)
+    ctx = FoldInContext(post, prior)
+    (block,) = [b for b in ctx.blocks if ctx.state.terms[b.term].term.user_noise]
+    fitted = ctx.state.terms[block.term]
+    where = torch.arange(block.start, block.start + block.width)
+    gen = torch.Generator().manual_seed(11)
+    y = torch.randn(len(ITEMS), generator=gen, dtype=torch.float64)
+    plain = ctx.user_data(ITEMS, y.numpy())
+    start = ctx.start(plain, None)
+    expected = ctx.with_expected_residuals(plain, start)
+    assert expected.extra_variance is not None and (expected.extra_variance > 0).all()
+    for data in (plain, expected):
+        for theta in (start, start + 0.5 * torch.randn(ctx.dim, generator=gen, dtype=torch.float64)):
+            closed = fitted.term.user_noise_hessian(block.spec, block.of(theta), ctx.log_noise_curvature(data, theta),
+                                                    prior, fitted)
+            by_autograd = hessian(lambda v: -ctx.objective(data, theta.index_put((where,), v)), theta[where])
+            assert by_autograd.abs().max() > 1.0
+            torch.testing.assert_close(closed, by_autograd, rtol=1e-10, atol=1e-10)
+
+
 def test_refolding_trained_users_recovers_their_predictions(synthetic) -> None:
     """Folding in a trained user's own training ratings from the population prior's mean gives predictions
     close to the trained model's for that user (RMS difference over all items < 20% of the cold-start

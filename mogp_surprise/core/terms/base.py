@@ -335,6 +335,14 @@ class Term(nn.Module):
         raise NotImplementedError(f"{type(self).__name__} sets gaussian_user_prior = False: it must give "
                                   "user_log_prior")
 
+    def user_noise_hessian(self, spec: Table, raw: Tensor, log_noise: tuple[Tensor, Tensor], prior: str,
+                           fitted: Any) -> Tensor | None:
+        """The Hessian of fold-in's -L in a folded user's raw row of a ``user_noise`` table, from ``log_noise``:
+        the gradient and Hessian of -L in a shift (m, V) of every rating's log-noise mean and variance
+        (:meth:`~..user_objective.FoldInContext.log_noise_curvature`), its prior included; None (the default):
+        fold-in forms it by autograd (its whitening, :mod:`..foldin`)."""
+        return None
+
     def user_start(self, spec: Table, prior: str, fitted: Any) -> Tensor | None:
         """The raw row a folded user starts from, implicit sum excluded; None: the default (the population
         mean minus the user's implicit sum, or 0 under the model's prior)."""

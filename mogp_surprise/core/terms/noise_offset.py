@@ -121,6 +121,17 @@ class NoiseOffset(Term):
         mean, logvar = (t.to(raw) for t in self._user_prior(prior, fitted))
         return -offset_kl(raw[0], raw[1], logvar, mean)
 
+    def user_noise_hessian(self, spec: Table, raw: Tensor, log_noise: tuple[Tensor, Tensor], prior: str,
+                           fitted: Any) -> Tensor:
+        """In [mu, rho = log v]: the row shifts the log-noise by (m, V) = (mu, e^rho), so the data's part is
+        J^T H J + diag(0, g_V v) with J = diag(1, v); the KL to N(m_s, tau) adds diag(1 / tau, v / (2 tau))."""
+        grad, hess = log_noise
+        v = torch.exp(raw[1])
+        scale = torch.stack([torch.ones_like(v), v])
+        out = hess * scale.unsqueeze(0) * scale.unsqueeze(1)
+        tau_inv = torch.exp(-self._user_prior(prior, fitted)[1].to(raw))
+        return out + torch.diag(torch.stack([tau_inv, grad[1] * v + 0.5 * v * tau_inv]))
+
     def user_start(self, spec: Table, prior: str, fitted: Any) -> Tensor:
         return torch.stack(self._user_prior(prior, fitted))
 
