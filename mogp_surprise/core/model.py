@@ -214,9 +214,11 @@ class MWGPModule(nn.Module):
         return [(side, pack, layout) for pack, (feeds, side, layout) in zip(self.packs, self.pack_layout) if feeds]
 
     # -- a minibatch's parts -----------------------------------------------------------------------------
-    def rating_parts(self, batch: Batch, tables: dict[tuple[str, str], Tensor] | None = None) -> RatingParts:
+    def rating_parts(self, batch: Batch, tables: dict[tuple[str, str], Tensor] | None = None,
+                     noise_only: bool = False) -> RatingParts:
         """Every term's part of the predictive of ``batch``'s ratings, from the trained parameters (``tables``:
-        those of :meth:`effective_tables`, if already formed)."""
+        those of :meth:`effective_tables`, if already formed); ``noise_only``: the terms that may add to the noise
+        only (not :attr:`~.terms.Term.mean_only`)."""
         direct = [(term, spec, table) for term, spec, table in self.tables() if spec.feeds is None]
         values: dict[tuple[str, str], Tensor] = {}
         if batch.sparse:  # every table of a factor read at once; with implicit feedback, the minibatch's sums only
@@ -244,6 +246,8 @@ class MWGPModule(nn.Module):
                       for term, spec, _ in direct}
         parts = self.empty_parts(batch.n)
         for term in self.terms:
+            if noise_only and term.mean_only:
+                continue
             rows = {spec.name: Rows(values[(term.name, spec.name)]) for spec in term.trained_tables}
             if term.reads_pairs:
                 rows.update(term.pair_rows(batch.index, term.fitted_extras(), batch.rows))
@@ -260,7 +264,7 @@ class MWGPModule(nn.Module):
         statistics: dict[str, dict[str, Tensor]] = {term.name: {} for term in self.terms}
         for start in range(0, index.shape[0], chunk_size):
             idx = index[start:start + chunk_size]
-            weights = noise_moments(self.rating_parts(Batch(idx), tables))[1]
+            weights = noise_moments(self.rating_parts(Batch(idx), tables, noise_only=True))[1]
             for term in self.terms:
                 mine = {spec.name: tables[(term.name, spec.name)] for spec in term.trained_tables}
                 for name, value in term.variance_statistics(mine, idx, weights).items():

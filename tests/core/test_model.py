@@ -87,3 +87,16 @@ def test_implicit_module_without_graph_raises_a_clear_error() -> None:
     mod = module((3, 4), 2, 3, implicit=True)
     with pytest.raises(RuntimeError, match="set_implicit_graph"):
         mod.effective_tables()
+
+
+def test_the_noise_alone_is_formed_without_the_mean_only_terms() -> None:
+    """``rating_parts(noise_only=True)`` (the variances' closed-form update reads lambda_n from it) gives every
+    rating the noise moments of the full parts, without the mean-only terms' parts (biases, bilinear)."""
+    mod = random_module((6, 5), 2, 4, seed=1, heteroscedastic=True, mf_rank=2)
+    index = torch.stack([torch.arange(12) % 6, torch.arange(12) % 5], 1)
+    full = mod.rating_parts(Batch(index))
+    alone = mod.rating_parts(Batch(index), noise_only=True)
+    for a, b in zip(noise_moments(full), noise_moments(alone)):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert not torch.allclose(full.mean, alone.mean)
+    torch.testing.assert_close(alone.mean, mod.global_mean.expand(12))
