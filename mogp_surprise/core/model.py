@@ -255,6 +255,14 @@ class MWGPModule(nn.Module):
         return parts
 
     @torch.no_grad()
+    def scale_noise(self, factor: float, index: Tensor, chunk_size: int = 65536) -> None:
+        """Multiply sigma^2 by ``factor`` (the noise offsets stay relative to it), then set the variance tables
+        to their optimum under that noise (:meth:`update_variances`, from the training tuples ``index``)."""
+        target = (self.noise_variance() * factor - MIN_NOISE).clamp_min(1e-3 * MIN_NOISE)
+        self.raw_noise.copy_(softplus_inverse(target))
+        self.update_variances(index, chunk_size)
+
+    @torch.no_grad()
     def update_variances(self, index: Tensor, chunk_size: int = 65536) -> None:
         """Set every variance table (:attr:`~.terms.Table.variance_of`) to its closed-form optimum given the
         rest, from the training tuples ``index`` (chunked); nothing to do without such tables."""

@@ -24,6 +24,7 @@ from .objective import elbo, log_prior
 from .optim import TrainingOptimizer, implicit_update_interval, uses_sparse_rows
 from .posterior import MWGPPosterior
 from .rows import Batch, distinct_index_rows
+from .validation import calibrates_noise, validation_scores
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +46,8 @@ class FitResult:
     chosen: dict[str, float] = field(default_factory=dict)
     # with early stopping: each setting of the search with its validation curve, in MWGPConfig.search_space order
     searched: list[tuple[dict[str, float], list[float]]] = field(default_factory=list)
+    # with early stopping: the factor on the final fit's noise, the chosen run's at its best epoch (core/validation.py)
+    noise_scale: float = 1.0
 
 
 def validate_training_data(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...]) -> None:
@@ -130,20 +133,23 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
 
     validation: list[float] = []
     stop_after = config.n_epochs
-    chosen = config.search_space(n)[0]
-    # [setting, validation curve] of each run of early stopping's search (checkpointed with the running one)
-    tried = [] if resumed is None else [[dict(c), list(v)] for c, v in resumed.get("tried", [])]
+    chosen, scale = config.search_space(n)[0], 1.0
+    # [setting, validation curve, noise scales] of each run of early stopping's search (checkpointed with the
+    # running one; a checkpoint written before the noise scale has no scales)
+    tried = [] if resumed is None else [[dict(t[0]), *map(list, t[1:])] for t in resumed.get("tried", [])]
     if resumed is not None and resumed["phase"] == "final":  # the epochs and settings were chosen before the break
         validation, stop_after = list(resumed["validation"]), int(resumed["stop_after"])
-        chosen = dict(resumed.get("chosen", chosen))
+        chosen, scale = dict(resumed.get("chosen", chosen)), float(resumed.get("noise_scale", 1.0))
     elif config.uses_early_stopping(n):
-        chosen, validation, tried = _search(idx_t, y_t, common, tried, resumed)
+        chosen, validation, tried, scale = _search(idx_t, y_t, common, tried, resumed)
         resumed = None
         stop_after = int(np.argmin(validation)) + 1
     run = _train(idx_t, y_t, **{**common, "config": config.replace(**chosen)}, stop_after=stop_after,
                  resumed=resumed, phase={"phase": "final", "stop_after": stop_after, "validation": validation,
-                                         "chosen": chosen, "tried": tried})
+                                         "chosen": chosen, "tried": tried, "noise_scale": scale})
     module = run.module
+    if scale != 1.0:  # the noise the held-out ratings called for (core/validation.py), before the variances
+        module.scale_noise(scale, idx_t.to(device), config.chunk_size)
     laplace = laplace_variances(module, idx_t.to(device), config.jitter, config.chunk_size, training=True)
     posterior = MWGPPosterior.from_module(module, rating_mean, rating_std, config.jitter, config.chunk_size,
                                           laplace=laplace, embedding_uncertainty=config.embedding_uncertainty)
@@ -153,7 +159,7 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
     logger.info("MW-GP fitted on %d ratings in %.1f s (final loss %.4f)", n, elapsed, run.history[-1])
     return FitResult(posterior=posterior, loss_history=run.history, epoch_times=run.epoch_times,
                      fit_time=elapsed, n_data=n, validation_rmse=validation, n_epochs=stop_after,
-                     chosen=dict(chosen), searched=[(dict(c), list(v)) for c, v in tried])
+                     chosen=dict(chosen), searched=[(dict(t[0]), list(t[1])) for t in tried], noise_scale=scale)
 
 
 def _search(idx_t: torch.Tensor, y_t: torch.Tensor, common: dict, tried: list, resumed: dict | None):
@@ -162,7 +168,7 @@ def _search(idx_t: torch.Tensor, y_t: torch.Tensor, common: dict, tried: list, r
     whole schedule; the final run then trains on every rating with the best setting and the same schedule,
     stopped after its best epoch (measured on 10 % samples of ML-100K: RMSE 1.0028 vs 1.0078 when the schedule
     is compressed into the chosen epochs). ``tried``: the runs that a resumed fit finished before. Returns
-    (setting, its validation curve, every run's [setting, curve])."""
+    (setting, its validation curve, every run's [setting, curve, noise scales], the chosen epoch's noise scale)."""
     config, gen, n = common["config"], common["gen"], idx_t.shape[0]
     n_val = min(n - 1, max(1, int(round(config.validation_fraction * n))))  # >= 1 rating on each side
     held, kept = validation_split(idx_t, n_val, gen)
@@ -171,9 +177,11 @@ def _search(idx_t: torch.Tensor, y_t: torch.Tensor, common: dict, tried: list, r
                      validation=(idx_t[held], y_t[held]), resumed=resumed,
                      phase={"phase": "choose", "tried": [list(t) for t in tried]})
         resumed = None
-        tried.append([setting, run.validation])
-    chosen, validation = min(tried, key=lambda t: min(t[1]))  # the first (the config's own) on ties
-    return dict(chosen), validation, tried
+        tried.append([setting, run.validation, run.scales])
+    best = min(tried, key=lambda t: min(t[1]))  # the first (the config's own) on ties
+    # (a run finished by a release before the noise scale: none)
+    scale = best[2][int(np.argmin(best[1]))] if len(best) > 2 else 1.0
+    return dict(best[0]), best[1], tried, float(scale)
 
 
 def validation_split(idx_t: torch.Tensor, n_val: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -206,6 +214,7 @@ class _Run:
     history: list[float]
     epoch_times: list[float]
     validation: list[float]  # RMSE of the predictive mean on the validation ratings after each epoch
+    scales: list[float] = field(default_factory=list)  # and the noise scale they call for (core/validation.py)
 
 
 def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], config: MWGPConfig,
@@ -314,7 +323,10 @@ def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], co
         bar.set_postfix(loss=f"{run.history[-1]:.4f}")
         logger.debug("epoch %d: negative ELBO per rating %.5f", epoch + 1, run.history[-1])
         if validation is not None:
-            run.validation.append(_rmse(module, *validation, config))
+            rmse, scale = validation_scores(module, *validation, config.jitter, config.chunk_size,
+                                            calibrates_noise(config))
+            run.validation.append(rmse)
+            run.scales.append(scale)
         if saver is not None and saver.checkpointing.due(epoch + 1, last):
             saver.save(phase, epoch + 1, module, optimizer, gen, order, run)
     module.workspace = None
@@ -350,7 +362,8 @@ class _Saver:
             "module": {k: v.detach().cpu() for k, v in module.state_dict().items()},
             "optimizer": optimizer.state_dict(),
             "generator": gen.get_state(), "order": order.cpu(), "history": list(run.history),
-            "epoch_times": list(run.epoch_times), "validation_run": list(run.validation)})
+            "epoch_times": list(run.epoch_times), "validation_run": list(run.validation),
+            "scales_run": list(run.scales)})
 
 
 def _restore(state: dict, module: MWGPModule, optimizer: TrainingOptimizer, gen: torch.Generator, run: _Run,
@@ -366,19 +379,5 @@ def _restore(state: dict, module: MWGPModule, optimizer: TrainingOptimizer, gen:
     run.history[:] = state["history"]
     run.epoch_times[:] = state["epoch_times"]
     run.validation[:] = state["validation_run"]
+    run.scales[:] = state.get("scales_run", [1.0] * len(run.validation))  # (written before the noise scale: none)
     return int(state["epoch"])
-
-
-@torch.no_grad()
-def _rmse(module: MWGPModule, index: torch.Tensor, y: torch.Tensor, config: MWGPConfig) -> float:
-    """RMSE of the predictive mean on standardised ratings (training dtype, chunked)."""
-    terms = module.gp.whitened_terms(config.jitter)
-    tables = module.effective_tables()
-    total = 0.0
-    for start in range(0, index.shape[0], config.chunk_size):
-        parts = module.rating_parts(Batch(index[start:start + config.chunk_size]), tables)
-        f_mean, _ = module.gp.latent_moments(torch.cat([rows.value for rows in parts.inputs], dim=-1), terms)
-        if parts.latent_log_scale is not None:
-            f_mean = torch.exp(parts.latent_log_scale) * f_mean
-        total += float(((parts.mean + f_mean - y[start:start + config.chunk_size]) ** 2).sum())
-    return math.sqrt(total / max(index.shape[0], 1))
