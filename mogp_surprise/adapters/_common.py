@@ -64,8 +64,10 @@ class HyperParamsMixin:
 
     def _as_trained(self) -> dict[str, Any]:
         """``chosen_params_`` of a model fitted by a release before early stopping chose ``lr`` and ``mf_reg``:
-        what it was trained with, its own values."""
-        return {"n_epochs": len(self.loss_history_), "lr": float(self.lr), "mf_reg": float(self.mf_reg)}
+        what it was trained with, its own values (the bilinear prior as its fitted term holds it)."""
+        bilinear = self.posterior_.state.term("bilinear")
+        prior = float(bilinear.term.options["mf_reg"]) if bilinear is not None else self._config().bilinear()[1]
+        return {"n_epochs": len(self.loss_history_), "lr": float(self.lr), "mf_reg": prior}
 
     def _config(self) -> MWGPConfig:
         """Validated hyper-parameters (raises ValueError/TypeError naming the parameter)."""

@@ -76,11 +76,10 @@ def same_posterior(a, b) -> bool:
     ({"early_stopping": True, "batch_size": "auto"}, 10),  # stopped while trying the third setting
     ({"early_stopping": True, "batch_size": "auto"}, 17),  # stopped in the final run
     ({"noise": "homoscedastic", "implicit": False, "mf_rank": 0}, 3),
-    # the variational factors: the noise scaled on the held-out ratings (core/validation.py)
-    ({"early_stopping": True, "mf_posterior": "variational"}, 2),
-    ({"early_stopping": True, "mf_posterior": "variational"}, 5),
+    # with early stopping the factors are variational and their noise scaled (core/validation.py); MAP factors:
+    ({"early_stopping": True, "mf_posterior": "laplace"}, 5),
 ], ids=["default", "while-choosing-epochs", "final-run", "while-searching-settings", "final-run-after-it",
-        "paper-model", "variational-while-choosing", "variational-final-run"])
+        "paper-model", "laplace-final-run"])
 def test_a_resumed_fit_equals_an_uninterrupted_one(tmp_path, monkeypatch, data, changes, saves):
     cfg = config(**changes)
     whole = fit_mwgp(*data, cfg)
@@ -90,7 +89,7 @@ def test_a_resumed_fit_equals_an_uninterrupted_one(tmp_path, monkeypatch, data, 
     assert resumed.validation_rmse == whole.validation_rmse and resumed.n_epochs == whole.n_epochs
     assert resumed.searched == whole.searched and resumed.chosen == whole.chosen
     assert resumed.noise_scale == whole.noise_scale
-    assert (whole.noise_scale != 1.0) == (changes.get("mf_posterior") == "variational")
+    assert (whole.noise_scale != 1.0) == (changes.get("early_stopping", False) and "mf_posterior" not in changes)
     assert len(resumed.loss_history) > 1 and (saves < 4 or whole.n_epochs > 1)  # interrupted mid-run
     # and the comparison can fail: a different seed is a different model
     assert not same_posterior(whole, fit_mwgp(*data, config(**changes, random_state=1)))

@@ -333,13 +333,31 @@ def test_the_search_tries_step_sizes_and_priors_only_where_the_automatic_batch_i
     small = 0.02 * np.sqrt(batch / AUTO_BATCH)
     got = config.search_space(8_000)
     assert [c["lr"] for c in got] == pytest.approx([0.02, small, 0.02, small])
-    assert [c["mf_reg"] for c in got] == [50.0, 50.0, 10.0, 10.0]
-    own = [{"lr": 0.02, "mf_reg": 50.0}]
+    # below 200,000 ratings (early stopping) the bilinear posterior is variational, its prior 25 (MF_REG)
+    assert [c["mf_reg"] for c in got] == [25.0, 25.0, 5.0, 5.0]
+    assert [c["mf_reg"] for c in MWGPConfig(mf_reg=50.0).search_space(8_000)] == [50.0, 50.0, 10.0, 10.0]
+    assert [c["mf_reg"] for c in MWGPConfig(mf_posterior="laplace").search_space(8_000)] == [50.0, 50.0, 10.0, 10.0]
+    own = [{"lr": 0.02, "mf_reg": 25.0}]
     assert config.search_space(80_000) == own  # ML-100K: batch 4,445
     assert MWGPConfig(batch_size=256).search_space(8_000) == own  # a batch the user chose
     assert config.search_space(999) == own and len(config.search_space(1_000)) == 4  # a split of >= 100 ratings
+    assert config.search_space(300_000) == [{"lr": 0.02, "mf_reg": 50.0}]  # no early stopping: Laplace
     assert MWGPConfig(lr=0.01).search_space(8_000)[1]["lr"] == pytest.approx(small / 2)
-    assert [c["mf_reg"] for c in MWGPConfig(mf_rank=0).search_space(8_000)] == [50.0, 50.0]  # no bilinear term
+    assert [c["mf_reg"] for c in MWGPConfig(mf_rank=0).search_space(8_000)] == [25.0, 25.0]  # no bilinear term
+
+
+def test_the_bilinear_posterior_and_prior_follow_early_stopping() -> None:
+    """"auto": the variational posterior (prior 25) where early stopping is on, Laplace (50) above and where the
+    config was not made concrete for data; given values are kept."""
+    config = MWGPConfig()
+    small, large = config.for_data(80_000, (943, 1682)), config.for_data(800_000, (6040, 3706))
+    assert (small.mf_posterior, small.mf_reg) == ("variational", 25.0)
+    assert (large.mf_posterior, large.mf_reg) == ("laplace", 50.0)
+    assert config.bilinear() == ("laplace", 50.0)
+    assert MWGPConfig(early_stopping=False).for_data(80_000, (943, 1682)).mf_posterior == "laplace"
+    assert MWGPConfig(early_stopping=True).for_data(800_000, (6040, 3706)).mf_posterior == "variational"
+    assert MWGPConfig(mf_reg=40.0).for_data(80_000, (943, 1682)).mf_reg == 40.0
+    assert MWGPConfig(mf_posterior="laplace").for_data(80_000, (943, 1682)).mf_reg == 50.0
 
 
 def test_early_stopping_chooses_the_setting_with_the_best_validation_rmse() -> None:
@@ -363,9 +381,9 @@ def test_early_stopping_chooses_the_setting_with_the_best_validation_rmse() -> N
         "mf_reg"] == res.chosen["mf_reg"]  # the final model holds the prior it was trained with (fold-in uses it)
     # the first is the plain run, on the same split: the curve of the same batch given explicitly (no search)
     plain = fit_mwgp(index, y, levels, config.replace(batch_size=config.resolved_batch_size(len(y))))
-    assert plain.searched == [tried[0]] and plain.chosen == {"lr": 0.02, "mf_reg": 50.0}
+    assert plain.searched == [tried[0]] and plain.chosen == {"lr": 0.02, "mf_reg": 25.0}  # (variational)
     off = fit_mwgp(index, y, levels, config.replace(early_stopping=False))
-    assert off.searched == [] and off.chosen == {"lr": 0.02, "mf_reg": 50.0}
+    assert off.searched == [] and off.chosen == {"lr": 0.02, "mf_reg": 50.0}  # (no early stopping: Laplace)
 
 
 def test_early_stopping_keeps_a_rating_on_each_side_of_the_split() -> None:

@@ -65,8 +65,9 @@ class Bilinear(Term):
     def from_config(cls, config: Any, n_levels: tuple[int, ...]) -> "Bilinear | None":
         if not config.mf_rank or len(n_levels) < 2:
             return None
-        return cls(n_levels, {"rank": int(config.mf_rank), "mf_reg": float(config.mf_reg),
-                              "implicit": bool(config.implicit), "posterior": str(config.mf_posterior)})
+        posterior, prior = config.bilinear()
+        return cls(n_levels, {"rank": int(config.mf_rank), "mf_reg": prior, "implicit": bool(config.implicit),
+                              "posterior": posterior})
 
     def __init__(self, n_levels: tuple[int, ...], options: dict[str, Any] | None = None,
                  parameters: bool = True) -> None:
