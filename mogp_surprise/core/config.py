@@ -129,7 +129,7 @@ class MWGPConfig:
         to early stopping's held-out ratings (:mod:`~mogp_surprise.core.validation`: the learned noise
         already holds the factors' variance). "auto": variational where early stopping is on (below
         200,000 ratings), Laplace above. Measured with the defaults otherwise: ML-100K 5-fold RMSE 0.8784
-        -> 0.8774, NLL 1.2562 -> 1.2533; the battery of generated data (``benchmarks/regimes.py``) 2-6 %
+        -> 0.8774, NLL 1.2562 -> 1.2534; the battery of generated data (``benchmarks/regimes.py``) 2-6 %
         lower RMSE in most cases, 90 % coverage 0.88-0.93; ML-1M (no early stopping) 0.8263 against
         Laplace's 0.8243, so Laplace there.
     embedding_uncertainty : bool, default=True
