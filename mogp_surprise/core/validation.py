@@ -47,8 +47,9 @@ def validation_scores(module: MWGPModule, index: Tensor, y: Tensor, jitter: floa
     errors, latent, noise = [], [], []
     for start in range(0, index.shape[0], chunk_size):
         parts = module.rating_parts(Batch(index[start:start + chunk_size]), tables)
-        f_mean, f_var = module.gp.latent_moments(torch.cat([rows.value for rows in parts.inputs], dim=-1), terms)
-        mean, var, noise_n = predictive(parts, f_mean, f_var if with_scale else None)
+        f_mean, f_var = module.gp.latent_moments(torch.cat([rows.value for rows in parts.inputs], dim=-1), terms,
+                                                 variance=with_scale)
+        mean, var, noise_n = predictive(parts, f_mean, f_var)
         errors.append(((mean - y[start:start + chunk_size]) ** 2).double())
         if with_scale:
             latent.append(var.double())
