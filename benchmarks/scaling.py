@@ -3,7 +3,7 @@ size and model in its own process).
 
     python benchmarks/scaling.py                    # 1M, 3M, 10M ratings, users and items growing with them
     python benchmarks/scaling.py --catalogue        # 10M ratings over 10K, 100K and 1M users (items = users / 10)
-    python benchmarks/scaling.py --quick            # 100K, 300K ratings
+    python benchmarks/scaling.py --quick            # 30K, 100K ratings (a smoke run)
     python benchmarks/scaling.py --catalogue --rounds 3   # every size three times, alternating: medians
     python benchmarks/scaling.py --models default   # one model only (default: default and paper)
 
@@ -72,7 +72,7 @@ def main(argv=None) -> dict:
     if a.catalogue:
         sizes = [(10_000_000, u) for u in (10_000, 100_000, 1_000_000)]
     if a.quick:
-        sizes = [(100_000, 0), (300_000, 0)]
+        sizes = [(30_000, 0), (100_000, 0)]
     runs = [(n, users, model) for model in a.models for n, users in sizes]
     # every round runs each size in its own process (alternating with the other sizes, the order reversed
     # every other round): on a shared machine the per-round ratio to the first size and its median over

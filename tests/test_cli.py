@@ -59,14 +59,11 @@ def test_cli_compare_ranking_options_and_the_flipped_myfm(tiny_ml100k, tmp_path,
     assert json.loads((out / "results.json").read_text())["settings"]["rank_threshold"] == 3.5
 
 
-def test_cli_demo_on_data_and_without(tiny_ml100k, tmp_path, capsys, monkeypatch):
+def test_cli_demo_on_data(tiny_ml100k, capsys):
+    """(Without data: test_demo_without_data_says_once_where_it_looked.)"""
     assert main(["demo", "--data-dir", str(tiny_ml100k), "--quick", "--no-download"]) == 0
     printed = capsys.readouterr().out
     assert "MW-GP" in printed and "SVD (Surprise)" in printed and "Cold start" in printed
-    monkeypatch.delenv("MOGP_DATA", raising=False)
-    monkeypatch.setenv("SURPRISE_DATA_FOLDER", str(tmp_path / "empty_cache"))
-    assert main(["demo", "--data-dir", str(tmp_path / "nothing"), "--quick", "--no-download"]) == 0
-    assert "SYNTHETIC" in capsys.readouterr().out
 
 
 def test_cli_compare_without_data_is_a_clear_error(tmp_path, capsys, monkeypatch):

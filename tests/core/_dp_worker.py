@@ -5,7 +5,8 @@
 (--row-sparse: the large-catalogue path, with implicit feedback's tables updated 3 times per epoch)
 
 Fits seeded synthetic ratings with ``fit_mwgp`` (data-parallel when WORLD_SIZE > 1) and saves the
-posterior's state from rank 0 to OUT; prints ``ERROR <type>: <message>`` on a failure.
+posterior's state from rank 0 to OUT (:func:`fit_state`, which the test also calls in its own process for
+a run on one rank); prints ``ERROR <type>: <message>`` on a failure.
 """
 from __future__ import annotations
 
@@ -29,8 +30,25 @@ def data(shift: int = 0):
     return index[shift:], y[shift:], (n_users, n_items)
 
 
-def main() -> None:
+def fit_state(config: MWGPConfig, flags: list[str], parallel=None) -> dict:
+    """Fit the test data (``--row-sparse``: on the large-catalogue path; ``--rank-data``: each rank's own
+    shift of it) and return the posterior's state; the test calls it in its own process for one rank."""
+    from mogp_surprise.core import optim
+    saved = optim.SPARSE_ROWS_PER_BATCH, optim.IMPLICIT_UPDATES, torch.get_num_threads()
     torch.set_num_threads(1)
+    if "--row-sparse" in flags:  # the large-catalogue path on a small problem
+        optim.SPARSE_ROWS_PER_BATCH = 0.0
+        optim.IMPLICIT_UPDATES = 3  # (with implicit feedback: its tables updated every few steps)
+    try:
+        shift = parallel.rank if ("--rank-data" in flags and parallel is not None) else 0
+        index, y, levels = data(shift)
+        return fit_mwgp(index, y, levels, config, parallel=parallel).posterior.state_dict()
+    finally:
+        optim.SPARSE_ROWS_PER_BATCH, optim.IMPLICIT_UPDATES, threads = saved
+        torch.set_num_threads(threads)
+
+
+def main() -> None:
     config = MWGPConfig(**json.loads(sys.argv[1]))
     out = sys.argv[2]
     parallel = init_from_env() if int(os.environ.get("WORLD_SIZE", "1")) > 1 else None
@@ -45,14 +63,8 @@ def main() -> None:
                 os._exit(17)  # a crash: no exception, no goodbye to the other rank
             return original(self, *args, **kwargs)
         DataParallel.all_reduce_gradients = dying
-    if "--row-sparse" in sys.argv:  # the large-catalogue path on a small problem
-        from mogp_surprise.core import optim
-        optim.SPARSE_ROWS_PER_BATCH = 0.0
-        optim.IMPLICIT_UPDATES = 3  # (with implicit feedback: its tables updated every few steps)
-    shift = parallel.rank if ("--rank-data" in sys.argv and parallel is not None) else 0
-    index, y, levels = data(shift)
     try:
-        result = fit_mwgp(index, y, levels, config, parallel=parallel)
+        state = fit_state(config, sys.argv[3:], parallel)
     except Exception as exc:  # report to the test, which checks the message
         print(f"ERROR {type(exc).__name__}: {exc}", flush=True)
         if isinstance(exc, DistributedError):
@@ -61,7 +73,7 @@ def main() -> None:
         sys.exit(3)
     shutdown()
     if parallel is None or parallel.is_main:
-        torch.save(result.posterior.state_dict(), out)
+        torch.save(state, out)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ import pytest
 import torch
 
 from mogp_surprise.core.distributed import DataParallel, touched_rows
+from mogp_surprise.core import MWGPConfig
+from tests.core import _dp_worker as worker
 from tests.core._modules import module as build, table
 
 WORKER = Path(__file__).with_name("_dp_worker.py")
@@ -64,6 +66,10 @@ def launch(args: list[str], world: int, timeout: float = 120.0, module: bool = F
 
 
 def fit_state(tmp_path: Path, params: dict, world: int, name: str, *flags: str) -> dict:
+    """The posterior's state after a fit on ``world`` ranks; one rank runs in this process (the worker's own
+    function, one thread as there: the same numbers without an interpreter's start)."""
+    if world == 1:
+        return worker.fit_state(MWGPConfig(**params), list(flags))
     path = tmp_path / f"{name}.pt"
     runs = launch([json.dumps(params), str(path), *flags], world)
     for rc, stdout, stderr in runs:
