@@ -325,6 +325,7 @@ def test_early_stopping_auto_is_on_for_small_data_only() -> None:
 
 
 def test_the_search_tries_step_sizes_and_priors_only_where_the_automatic_batch_is_small() -> None:
+    """... and from there to a batch of 8192 the square-root rule's step size is used alone."""
     from mogp_surprise.core.config import AUTO_BATCH, SEARCH_BATCH
 
     config = MWGPConfig()
@@ -338,7 +339,11 @@ def test_the_search_tries_step_sizes_and_priors_only_where_the_automatic_batch_i
     assert [c["mf_reg"] for c in MWGPConfig(mf_reg=50.0).search_space(8_000)] == [50.0, 50.0, 10.0, 10.0]
     assert [c["mf_reg"] for c in MWGPConfig(mf_posterior="laplace").search_space(8_000)] == [50.0, 50.0, 10.0, 10.0]
     own = [{"lr": 0.02, "mf_reg": 25.0}]
-    assert config.search_space(80_000) == own  # ML-100K: batch 4,445
+    assert config.resolved_batch_size(80_000) == 4_445  # ML-100K
+    assert config.search_space(80_000) == [{"lr": pytest.approx(0.02 * np.sqrt(4_445 / AUTO_BATCH)), "mf_reg": 25.0}]
+    assert MWGPConfig(lr=0.01).search_space(80_000)[0]["lr"] == pytest.approx(0.01 * np.sqrt(4_445 / AUTO_BATCH))
+    assert MWGPConfig(batch_size=4_445).search_space(80_000) == own  # a batch the user chose: lr as given
+    assert config.resolved_batch_size(150_000) == AUTO_BATCH and config.search_space(150_000)[0]["lr"] == 0.02
     assert MWGPConfig(batch_size=256).search_space(8_000) == own  # a batch the user chose
     assert config.search_space(999) == own and len(config.search_space(1_000)) == 4  # a split of >= 100 ratings
     assert config.search_space(300_000) == [{"lr": 0.02, "mf_reg": 50.0}]  # no early stopping: Laplace
