@@ -1,8 +1,8 @@
 """Every Python block of README.md and docs/*.md runs as written (collected with Sybil).
 
 A block that loads MovieLens 100K (``Dataset.load_builtin``, ``load_dataset``, ``load_ratings``)
-gets a seeded 1.2 % sample of it instead (1,200 ratings: a fit on all of them runs early stopping's search
-of settings, the folds of a 3-fold cross-validation, 800 ratings, do not: 1.5 instead of 4 s a fit), so the
+gets a seeded sample of 1,200 of its ratings instead (a fit on all of them runs early stopping's search of
+settings; the folds of a 3-fold cross-validation, 800 ratings, do not: 1.5 instead of 4 s a fit), so the
 suite stays fast; without the data files
 ($MOGP_DATA) it gets seeded synthetic ratings with string ids, like MovieLens'. Blocks run in
 a temporary folder (files they write land there) with a non-interactive matplotlib backend.
@@ -33,7 +33,7 @@ WITH_CODE = [p for p in DOCUMENTS if _examples(p)]
 
 
 def _small_ratings(name: str = "ml-100k", *args, **kwargs) -> pd.DataFrame:
-    """A seeded 1.2 % sample of the real ratings, or seeded synthetic ones with MovieLens-like str ids
+    """A seeded sample of 1,200 of the real ratings, or seeded synthetic ones with MovieLens-like str ids
     ("1", "2", ...) without the files."""
     try:
         df = load_ratings(name, *args, **kwargs)

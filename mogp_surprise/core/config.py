@@ -314,7 +314,7 @@ class MWGPConfig:
         rule's where the automatic batch lies between 2048 and 8192 (about 37,000 to 147,000 ratings, e.g.
         ML-100K's 80,000; measured at ``SEARCH_BATCH``)."""
         batch = self.resolved_batch_size(n_ratings)
-        scaled = float(self.lr) * math.sqrt(min(batch, AUTO_BATCH) / AUTO_BATCH)
+        scaled = float(self.lr) * math.sqrt(batch / AUTO_BATCH)
         given = {"lr": scaled if _is_auto(self.batch_size) and batch > SEARCH_BATCH else float(self.lr),
                  "mf_reg": self.bilinear(n_ratings)[1]}
         if not (_is_auto(self.batch_size) and batch <= SEARCH_BATCH and n_ratings >= SEARCH_MIN):

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import torch
 
-from mogp_surprise.core.distributed import DataParallel, touched_rows
 from mogp_surprise.core import MWGPConfig
+from mogp_surprise.core.distributed import DataParallel, touched_rows
 from tests.core import _dp_worker as worker
 from tests.core._modules import module as build, table
 

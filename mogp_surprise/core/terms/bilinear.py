@@ -120,11 +120,10 @@ class Bilinear(Term):
             return {}
         out = {}
         for f in (0, 1):
-            other = 1 - f
-            rows = index[:, other]
-            second = tables[f"factor_{other}"][rows] ** 2 + torch.exp(tables[f"logvar_{other}"][rows])
+            other = 1 - f  # E[entry^2] per level of the other factor, then read by the ratings' levels
+            second = tables[f"factor_{other}"] ** 2 + torch.exp(tables[f"logvar_{other}"])
             out[f"logvar_{f}"] = torch.zeros_like(tables[f"logvar_{f}"]).index_add_(
-                0, index[:, f], weights.unsqueeze(-1) * second)
+                0, index[:, f], weights.unsqueeze(-1) * second[index[:, other]])
         return out
 
     @torch.no_grad()
