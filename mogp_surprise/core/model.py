@@ -262,11 +262,16 @@ class MWGPModule(nn.Module):
         self.raw_noise.copy_(softplus_inverse(target))
         self.update_variances(index, chunk_size)
 
+    @property
+    def variational(self) -> bool:
+        """Whether a term holds a variational posterior: variance tables (:attr:`~.terms.Table.variance_of`)."""
+        return any(spec.variance_of is not None for _, spec, _ in self.tables())
+
     @torch.no_grad()
     def update_variances(self, index: Tensor, chunk_size: int = 65536) -> None:
         """Set every variance table (:attr:`~.terms.Table.variance_of`) to its closed-form optimum given the
         rest, from the training tuples ``index`` (chunked); nothing to do without such tables."""
-        if not any(spec.variance_of is not None for _, spec, _ in self.tables()):
+        if not self.variational:
             return
         tables = self.effective_tables()
         statistics: dict[str, dict[str, Tensor]] = {term.name: {} for term in self.terms}

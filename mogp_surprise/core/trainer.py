@@ -324,7 +324,7 @@ def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], co
         logger.debug("epoch %d: negative ELBO per rating %.5f", epoch + 1, run.history[-1])
         if validation is not None:
             rmse, scale = validation_scores(module, *validation, config.jitter, config.chunk_size,
-                                            calibrates_noise(config))
+                                            calibrates_noise(module))
             run.validation.append(rmse)
             run.scales.append(scale)
         if saver is not None and saver.checkpointing.due(epoch + 1, last):

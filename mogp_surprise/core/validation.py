@@ -31,10 +31,10 @@ from .rows import Batch
 SCALE_BOUND = 32.0
 
 
-def calibrates_noise(config) -> bool:
-    """Whether a fit with early stopping scales its noise on the held-out ratings: with the variational bilinear
-    posterior, whose learned noise holds the factors' variance (module docstring)."""
-    return config.mf_rank > 0 and config.mf_posterior == "variational"
+def calibrates_noise(module: MWGPModule) -> bool:
+    """Whether a fit with early stopping scales its noise on the held-out ratings: where the model holds a
+    variational posterior (the bilinear factors'), whose learned noise holds its variance (module docstring)."""
+    return module.variational
 
 
 @torch.no_grad()

@@ -58,7 +58,7 @@ def test_a_variational_fit_scales_its_noise_by_the_chosen_runs_scale(monkeypatch
     calibrated = fit_mwgp(index, y, levels, cfg)
     assert len(recorded) == cfg.n_epochs  # one scale per epoch of the one run searched
     assert calibrated.noise_scale == recorded[calibrated.n_epochs - 1] and calibrated.noise_scale != 1.0
-    monkeypatch.setattr("mogp_surprise.core.trainer.calibrates_noise", lambda config: False)
+    monkeypatch.setattr("mogp_surprise.core.trainer.calibrates_noise", lambda module: False)
     plain = fit_mwgp(index, y, levels, cfg)
     assert plain.noise_scale == 1.0 and plain.n_epochs == calibrated.n_epochs
     ratio = float(calibrated.posterior.state.noise_variance / plain.posterior.state.noise_variance)
