@@ -18,8 +18,9 @@ def _demo(args: argparse.Namespace) -> int:
     if data.synthetic:
         print(f"NOTE: {data.reason}\nRunning the demo on seeded SYNTHETIC ratings instead.\n")
     params = json.loads(args.params) if args.params else {}
-    if args.quick:
+    if args.quick:  # a smoke test: 3 epochs, without early stopping's search of settings and epochs
         params.setdefault("n_epochs", 3)
+        params.setdefault("early_stopping", False)
     print(f"Data: {data.source}")
     print("Fitting Surprise SVD and MW-GP on the same 80/20 split ...\n")
     result = run_demo(data, mwgp_params=params, random_state=args.seed)
@@ -298,7 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
     fmt = {"formatter_class": argparse.ArgumentDefaultsHelpFormatter}  # every --help states the defaults
     demo = sub.add_parser("demo", help="MW-GP next to Surprise SVD on MovieLens 100K", **fmt)
     _data_options(demo, "folder holding ml-100k/")
-    demo.add_argument("--quick", action="store_true", help="a 3-epoch fit (smoke test)")
+    demo.add_argument("--quick", action="store_true", help="a 3-epoch fit without early stopping (smoke test)")
     demo.add_argument("--seed", type=int, default=0, help="seed of the split and of both models")
     demo.set_defaults(func=_demo)
 

@@ -157,7 +157,7 @@ def test_cli_fit_under_torchrun_trains_one_model_that_loads_without_a_process_gr
     test &= np.isin(users, users[~test]) & np.isin(items, items[~test])
     lines = [f"u{u},i{i},{v:g}" for u, i, v in zip(users[~test], items[~test], r[~test])]
     (tmp_path / "train.csv").write_text("\n".join(lines) + "\n")
-    params = json.dumps({"n_epochs": 8, "device": "cpu"})  # two ranks: gloo, also where one GPU is visible
+    params = json.dumps({"n_epochs": 4, "device": "cpu"})  # two ranks: gloo, also where one GPU is visible
 
     def rmse(model: Path) -> float:
         algo = MWGP.load(model)
