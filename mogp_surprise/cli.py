@@ -19,8 +19,7 @@ def _demo(args: argparse.Namespace) -> int:
         print(f"NOTE: {data.reason}\nRunning the demo on seeded SYNTHETIC ratings instead.\n")
     params = json.loads(args.params) if args.params else {}
     if args.quick:  # a smoke test: 3 epochs, without early stopping's search of settings and epochs
-        params.setdefault("n_epochs", 3)
-        params.setdefault("early_stopping", False)
+        params = {"n_epochs": 3, "early_stopping": False, **params}
     print(f"Data: {data.source}")
     print("Fitting Surprise SVD and MW-GP on the same 80/20 split ...\n")
     result = run_demo(data, mwgp_params=params, random_state=args.seed)

@@ -254,13 +254,14 @@ def test_the_package_works_under_python_OO():
 def test_defaults_beat_baseline_only_on_small_samples(ml100k):
     """On 10 % samples of ML-100K (~8,000 training ratings) the default MWGP, which then chooses its
     number of epochs (and step size and bilinear prior) by early stopping, with the biases' prior estimated
-    from the data, beats Surprise's BaselineOnly (benchmarks/small_data.py: 5 samples, 0.9933 vs 1.0042)."""
+    from the data, beats Surprise's BaselineOnly (benchmarks/small_data.py: 5 samples, 0.9902 vs 1.0042; here
+    two samples, 0.9919 / 1.0043 against 1.0024 / 1.0169)."""
     import pandas as pd
     from surprise import Dataset, Reader, accuracy
 
     raw = ml100k.raw_ratings
     rmse = {"mwgp": [], "baseline": []}
-    for seed in range(3):
+    for seed in range(2):
         rng = np.random.default_rng(seed)
         sample = [raw[k] for k in rng.choice(len(raw), len(raw) // 10, replace=False)]
         test = rng.random(len(sample)) < 0.2
