@@ -34,6 +34,13 @@ def test_the_noise_scale_is_the_held_out_likelihoods_optimum() -> None:
     assert noise_scale(torch.zeros(10), torch.zeros(10), torch.ones(10)) == pytest.approx(1 / SCALE_BOUND)
     assert noise_scale(torch.full((10,), 1e6), torch.zeros(10), torch.ones(10)) == pytest.approx(SCALE_BOUND)
     assert noise_scale(torch.zeros(0), torch.zeros(0), torch.zeros(0)) == 1.0
+    # a latent variance a hair below 0 (rounding) counts as 0: it does not push the scale up to where c * noise
+    # outweighs it (a log of a negative variance is NaN, and the search moved away from every NaN)
+    below = latent.copy()
+    below[0] = -0.3
+    at_zero = below.clip(0.0)
+    assert noise_scale(*(torch.as_tensor(a) for a in (squared, below, noise))) == \
+        noise_scale(*(torch.as_tensor(a) for a in (squared, at_zero, noise)))
 
 
 def _data(seed: int = 3):
@@ -65,3 +72,34 @@ def test_a_variational_fit_scales_its_noise_by_the_chosen_runs_scale(monkeypatch
     assert ratio == pytest.approx(calibrated.noise_scale, rel=1e-4)
     laplace = fit_mwgp(index, y, levels, cfg.replace(mf_posterior="laplace", mf_reg=50.0))
     assert laplace.noise_scale == 1.0
+
+
+def test_the_held_out_latent_variance_is_formed_in_float64(monkeypatch) -> None:
+    """Validation forms the GP's variance s + k^T M k as the fitted posterior does, in float64: with inducing
+    points at the inputs, long lengthscales and a narrow q(v), the float32 product cancels to below 0 (here
+    -0.002 for a variance of 5e-4), and the noise scale searched on it was the smallest that made it positive."""
+    from mogp_surprise.core.rows import Batch
+    from mogp_surprise.core.terms import Rows
+    from tests.core._modules import module
+
+    torch.manual_seed(0)
+    mod = module((30, 20), 2, 32)
+    with torch.no_grad():
+        for name in ("embedding_0", "embedding_1"):
+            mod.term("gp_input").table(name).copy_(torch.randn(mod.term("gp_input").table(name).shape) * 0.5)
+        index = torch.stack([torch.randint(0, 30, (400,)), torch.randint(0, 20, (400,))], 1)
+        x = mod.gp_inputs(index)
+        mod.gp.inducing.copy_(x[:32])
+        mod.gp.raw_lengthscale.fill_(2.0)
+        mod.gp.q_sqrt.copy_(0.01 * torch.eye(32))
+        in_float32 = mod.gp.latent_moments(x, mod.gp.whitened_terms(1e-5))[1]
+    assert float(in_float32.min()) < 0  # what the float32 product gives
+    want = mod.gp.fitted(1e-5).moments([Rows(x[:, :2].double()), Rows(x[:, 2:].double())], [])[1]
+    assert float(want.min()) > 0
+    seen = []
+    original = validation.noise_scale
+    monkeypatch.setattr(validation, "noise_scale", lambda *a: seen.append(a) or original(*a))
+    y = torch.randn(400) * 0.1
+    validation.validation_scores(mod, index, y, 1e-5, 128, with_scale=True)
+    latent = torch.cat([a[1] for a in seen])
+    torch.testing.assert_close(latent, want, rtol=1e-6, atol=1e-12)
