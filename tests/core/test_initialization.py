@@ -79,7 +79,8 @@ def test_initial_factors_inducing_points_and_lengthscales() -> None:
 
 def _reference_bias_start(index, y, n_levels, sweeps=5, spreads=None):
     """The biases' empirical-Bayes start written out in numpy: per factor, level means of the residual shrunk
-    by n / (n + s2 / t2), s2 the within-level residual variance, t2 = var(level means) - s2 * mean(1 / n)
+    by n / (n + s2 / t2), s2 the within-level residual variance (on N - L degrees of freedom), t2 = var(level
+    means) - s2 * mean(1 / n)
     (each factor's t2 of the last sweep appended to ``spreads``, when given)."""
     values = [np.zeros(n) for n in n_levels]
     last = {}
@@ -90,7 +91,7 @@ def _reference_bias_start(index, y, n_levels, sweeps=5, spreads=None):
             sums = np.bincount(index[:, f], weights=residual, minlength=n_f)
             seen = counts > 0
             means = sums[seen] / counts[seen]
-            within = np.mean((residual - sums[index[:, f]] / counts[index[:, f]]) ** 2)
+            within = np.sum((residual - sums[index[:, f]] / counts[index[:, f]]) ** 2) / (len(y) - seen.sum())
             spread = means.var(ddof=1) - within * np.mean(1 / counts[seen])
             last[f] = max(spread, 1e-6 * within)
             values[f] = sums / (counts + within / last[f])
@@ -119,6 +120,20 @@ def test_biases_start_at_their_empirical_bayes_least_squares_values():
     assert np.corrcoef(expected[0], true_u)[0, 1] > 0.9
     implied = term.bias_1[7].item() + term.bias_0.detach().numpy()[index[index[:, 1] == 7, 0]].mean()
     assert abs(implied - 2.0) < 0.2
+
+
+def test_the_variances_of_the_bias_start_are_unbiased_with_few_ratings_a_level():
+    """s2 on N - L degrees of freedom and t2 by moments: with 4 ratings a level both near the truth (dividing the
+    within-level squares by N gave s2 = 0.75 and t2 = 0.31 for these 1 and 0.25)."""
+    from mogp_surprise.core.terms.bias import _variances
+
+    rng = np.random.default_rng(5)
+    levels = np.repeat(np.arange(5000), 4)
+    residual = rng.normal(0, 0.5, 5000)[levels] + rng.normal(0, 1.0, levels.size)
+    lv = torch.as_tensor(levels)
+    sums = torch.zeros(5000, dtype=torch.float64).index_add_(0, lv, torch.as_tensor(residual))
+    within, spread = _variances(torch.as_tensor(residual), sums, torch.full((5000,), 4.0, dtype=torch.float64), lv)
+    assert abs(within - 1.0) < 0.03 and abs(spread - 0.25) < 0.03, (within, spread)
 
 
 def test_bias_reg_auto_sets_each_factors_prior_to_the_estimated_variance_of_its_biases():

@@ -89,11 +89,13 @@ class Bias(Term):
 
 
 def _variances(residual: Tensor, sums: Tensor, counts: Tensor, levels: Tensor) -> tuple[float, float]:
-    """(s2, t2) of :meth:`Bias.initialise_from_data` (t2 floored at 1e-6 of s2: no spread, no biases)."""
+    """(s2, t2) of :meth:`Bias.initialise_from_data` (t2 floored at 1e-6 of s2: no spread, no biases). s2 is the
+    pooled within-level variance on N - L degrees of freedom (N ratings, L levels seen; one-way ANOVA's unbiased
+    mean square, where dividing by N made s2 short by (N - L) / N: 7/8 with 8 ratings a level, and t2 too large)."""
     seen = counts > 0
     means = sums[seen] / counts[seen]
-    within = float(((residual - (sums / counts.clamp_min(1))[levels]) ** 2).mean())
-    within = max(within, 1e-12)
+    squares = float(((residual - (sums / counts.clamp_min(1))[levels]) ** 2).sum())
+    within = max(squares / max(residual.numel() - means.numel(), 1), 1e-12)
     if means.numel() < 2:
         return within, max(float(means.square().mean()), 1e-6 * within)
     spread = float(means.var()) - within * float((1.0 / counts[seen]).mean())
