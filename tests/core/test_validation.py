@@ -78,7 +78,6 @@ def test_the_held_out_latent_variance_is_formed_in_float64(monkeypatch) -> None:
     """Validation forms the GP's variance s + k^T M k as the fitted posterior does, in float64: with inducing
     points at the inputs, long lengthscales and a narrow q(v), the float32 product cancels to below 0 (here
     -0.002 for a variance of 5e-4), and the noise scale searched on it was the smallest that made it positive."""
-    from mogp_surprise.core.rows import Batch
     from mogp_surprise.core.terms import Rows
     from tests.core._modules import module
 
@@ -94,7 +93,8 @@ def test_the_held_out_latent_variance_is_formed_in_float64(monkeypatch) -> None:
         mod.gp.q_sqrt.copy_(0.01 * torch.eye(32))
         in_float32 = mod.gp.latent_moments(x, mod.gp.whitened_terms(1e-5))[1]
     assert float(in_float32.min()) < 0  # what the float32 product gives
-    want = mod.gp.fitted(1e-5).moments([Rows(x[:, :2].double()), Rows(x[:, 2:].double())], [])[1]
+    r = mod.gp.input_width
+    want = mod.gp.fitted(1e-5).moments([Rows(x[:, :r].double()), Rows(x[:, r:].double())], [])[1]
     assert float(want.min()) > 0
     seen = []
     original = validation.noise_scale
