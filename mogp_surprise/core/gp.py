@@ -86,12 +86,6 @@ class SparseGP(nn.Module):
                                   jitter, what="K_mm (inducing-point covariance)")
         return WhitenedTerms(w=w, M=M, kl=kl)
 
-    def latent_moments(self, x: Tensor, terms: WhitenedTerms, variance: bool = True) -> tuple[Tensor, Tensor | None]:
-        """E[f] and Var[f] under q at inputs ``x`` (n, F r) (differentiable; early stopping's validation); without
-        ``variance`` the mean alone (Var[f] None: no (n, m) x (m, m) product)."""
-        k = self.kernel()(x, self.inducing)
-        return k @ terms.w, self.outputscale() + ((k @ terms.M) * k).sum(-1) if variance else None
-
     @torch.no_grad()
     def fitted(self, jitter: float) -> "FittedGP":
         """What prediction needs, formed in float64 (w and M as in training, by :func:`~.linalg.inducing_terms`)."""

@@ -51,10 +51,17 @@ def mean_function(mod: MWGPModule, index: torch.Tensor) -> torch.Tensor:
     return parts(mod, index).mean
 
 
+def gp_moments(mod: MWGPModule, x: torch.Tensor, terms) -> tuple[torch.Tensor, torch.Tensor]:
+    """E[f] and Var[f] under q at GP inputs ``x`` from the whitened terms, in the module's dtype (differentiable:
+    training's exact kernel form)."""
+    k = mod.gp.kernel()(x, mod.gp.inducing)
+    return k @ terms.w, mod.gp.outputscale() + ((k @ terms.M) * k).sum(-1)
+
+
 def latent_moments(mod: MWGPModule, index: torch.Tensor, terms) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean (mean function included) and variance of f at index tuples (training's exact kernel form)."""
     p = parts(mod, index)
-    mean, var = mod.gp.latent_moments(torch.cat([r.value for r in p.inputs], dim=-1), terms)
+    mean, var = gp_moments(mod, torch.cat([r.value for r in p.inputs], dim=-1), terms)
     return p.mean + mean, var
 
 

@@ -79,7 +79,7 @@ def test_the_held_out_latent_variance_is_formed_in_float64(monkeypatch) -> None:
     points at the inputs, long lengthscales and a narrow q(v), the float32 product cancels to below 0 (here
     -0.002 for a variance of 5e-4), and the noise scale searched on it was the smallest that made it positive."""
     from mogp_surprise.core.terms import Rows
-    from tests.core._modules import module
+    from tests.core._modules import gp_moments, module
 
     torch.manual_seed(0)
     mod = module((30, 20), 2, 32)
@@ -91,7 +91,7 @@ def test_the_held_out_latent_variance_is_formed_in_float64(monkeypatch) -> None:
         mod.gp.inducing.copy_(x[:32])
         mod.gp.raw_lengthscale.fill_(2.0)
         mod.gp.q_sqrt.copy_(0.01 * torch.eye(32))
-        in_float32 = mod.gp.latent_moments(x, mod.gp.whitened_terms(1e-5))[1]
+        in_float32 = gp_moments(mod, x, mod.gp.whitened_terms(1e-5))[1]
     assert float(in_float32.min()) < 0  # what the float32 product gives
     r = mod.gp.input_width
     want = mod.gp.fitted(1e-5).moments([Rows(x[:, :r].double()), Rows(x[:, r:].double())], [])[1]
