@@ -315,11 +315,15 @@ def test_early_stopping_prevents_over_fitting_a_small_noisy_data_set() -> None:
 
 
 def test_early_stopping_auto_is_on_for_small_data_only() -> None:
-    from mogp_surprise.core.config import EARLY_STOPPING_BELOW
+    """... but not for so few ratings that the validation split holds under 100 of them."""
+    from mogp_surprise.core.config import EARLY_STOPPING_BELOW, EARLY_STOPPING_MIN
 
     config = MWGPConfig()
-    assert config.uses_early_stopping(EARLY_STOPPING_BELOW - 1)
+    assert EARLY_STOPPING_MIN * config.validation_fraction >= 100
+    assert config.uses_early_stopping(EARLY_STOPPING_BELOW - 1) and config.uses_early_stopping(EARLY_STOPPING_MIN)
     assert not config.uses_early_stopping(EARLY_STOPPING_BELOW)
+    assert not config.uses_early_stopping(EARLY_STOPPING_MIN - 1)
+    assert MWGPConfig(early_stopping=True).uses_early_stopping(EARLY_STOPPING_MIN - 1)
     assert MWGPConfig(early_stopping=True).uses_early_stopping(10 ** 7)
     assert not MWGPConfig(early_stopping=False).uses_early_stopping(100)
 
@@ -345,7 +349,8 @@ def test_the_search_tries_step_sizes_and_priors_only_where_the_automatic_batch_i
     assert MWGPConfig(batch_size=4_445).search_space(80_000) == own  # a batch the user chose: lr as given
     assert config.resolved_batch_size(150_000) == AUTO_BATCH and config.search_space(150_000)[0]["lr"] == 0.02
     assert MWGPConfig(batch_size=256).search_space(8_000) == own  # a batch the user chose
-    assert config.search_space(999) == own and len(config.search_space(1_000)) == 4  # a split of >= 100 ratings
+    # a split of >= 100 ratings; below it no early stopping, so the Laplace factors' prior
+    assert config.search_space(999) == [{"lr": 0.02, "mf_reg": 50.0}] and len(config.search_space(1_000)) == 4
     assert config.search_space(300_000) == [{"lr": 0.02, "mf_reg": 50.0}]  # no early stopping: Laplace
     assert MWGPConfig(lr=0.01).search_space(8_000)[1]["lr"] == pytest.approx(small / 2)
     assert [c["mf_reg"] for c in MWGPConfig(mf_rank=0).search_space(8_000)] == [25.0, 25.0]  # no bilinear term
