@@ -149,7 +149,7 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
                                          "chosen": chosen, "tried": tried, "noise_scale": scale})
     module = run.module
     if scale != 1.0:  # the noise the held-out ratings called for (core/validation.py), before the variances
-        module.scale_noise(scale, idx_t.to(device), config.chunk_size)
+        module.scale_noise(scale)
     laplace = laplace_variances(module, idx_t.to(device), config.jitter, config.chunk_size, training=True)
     posterior = MWGPPosterior.from_module(module, rating_mean, rating_std, config.jitter, config.chunk_size,
                                           laplace=laplace, embedding_uncertainty=config.embedding_uncertainty)

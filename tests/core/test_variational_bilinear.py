@@ -127,6 +127,19 @@ def test_the_closed_form_variances_are_the_elbos_optimum_given_the_rest(heterosc
         np.testing.assert_allclose(torch.exp(logvar[unrated]).detach().numpy(), 1.0 / REG, rtol=1e-12)
 
 
+def test_scaling_the_noise_leaves_the_variances_as_trained() -> None:
+    """Early stopping's noise scale c is chosen beside the latent variances training left; the final fit's
+    sigma^2 takes c and its variances stay (set again under c sigma^2 they shrank with it, and the intervals of
+    nearly noise-free generated data fell to 84 % coverage where 90 % was asked)."""
+    mod = _module(True)
+    before = {name: table(mod, "bilinear", name).clone() for name in ("logvar_0", "logvar_1")}
+    noise = mod.noise_variance().clone()
+    mod.scale_noise(0.3)
+    torch.testing.assert_close(mod.noise_variance(), noise * 0.3, rtol=1e-6, atol=1e-9)
+    for name, value in before.items():
+        torch.testing.assert_close(table(mod, "bilinear", name), value, rtol=0, atol=0)
+
+
 def test_the_variances_are_not_trained_by_gradient() -> None:
     mod = _module(False)
     names = {name for name, _ in mod.named_parameters()}
