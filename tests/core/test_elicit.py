@@ -86,7 +86,8 @@ def test_with_candidates_the_variance_that_counts_is_the_candidates_by_default(p
     np.testing.assert_allclose(got.gain, want.gain, rtol=1e-12)
     assert got.variance_before == pytest.approx(want.variance_before, rel=1e-12)
     every = ask(posterior, items, ratings, n=3, candidates=candidates, exclude=[5], weights=np.ones(N_ITEMS))
-    assert abs(every.variance_before - got.variance_before) > 1e-3 * got.variance_before
+    # the weights matter (so the equalities above, at 1e-12, are not those of weights without effect)
+    assert abs(every.variance_before - got.variance_before) > 1e-4 * got.variance_before
 
 
 def test_a_known_user_as_fitted(posterior):
