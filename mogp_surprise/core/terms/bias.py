@@ -97,8 +97,9 @@ def _variances(residual: Tensor, sums: Tensor, counts: Tensor, levels: Tensor) -
     t2 is the maximum-likelihood estimate given s2 of the one-way random-effects model, in which a level's mean
     residual is N(mu, t2 + s2 / n) for its n ratings: the fixed point t2 = sum w^2 ((mean - mu)^2 - s2 / n) /
     sum w^2, w = 1 / (t2 + s2 / n), mu the w-weighted mean, iterated from the moments estimate (the spread of the
-    level means less s2 mean(1 / n)). The moments estimate weighs a level of one rating as one of a hundred; the
-    likelihood by how much its mean says (on 200 generated ratings over 12 seeds, RMSE 1.0647 -> 1.0620)."""
+    level means less s2 mean(1 / n)). The moments estimate weighs the mean of a level of one rating as that of a
+    level of fifty; the likelihood by how much each says (on 200 generated ratings over 12 seeds, RMSE 1.0647 ->
+    1.0620; it converges in 3-20 iterations)."""
     seen = counts > 0
     n = counts[seen].double()
     means = sums[seen].double() / n
