@@ -136,8 +136,8 @@ class MWGPConfig:
         entry in the ELBO (the fit accounts for the factors' variance and its KL to the prior; the
         variances are set in closed form after every epoch); with early stopping the noise is then scaled
         to early stopping's held-out ratings (:mod:`~mogp_surprise.core.validation`: the learned noise
-        already holds the factors' variance). "auto": variational where early stopping is on (below
-        200,000 ratings), Laplace above. Measured with the defaults otherwise: ML-100K 5-fold RMSE 0.8784
+        already holds the factors' variance). "auto": variational where early stopping is on (from 1,000
+        to 200,000 ratings), Laplace elsewhere. Measured with the defaults otherwise: ML-100K 5-fold RMSE 0.8784
         -> 0.8774, NLL 1.2562 -> 1.2534; the battery of generated data (``benchmarks/regimes.py``) 2-6 %
         lower RMSE in most cases, 90 % coverage 0.88-0.93; ML-1M (no early stopping) 0.8263 against
         Laplace's 0.8243, so Laplace there.
