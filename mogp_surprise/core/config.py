@@ -27,14 +27,14 @@ AUTO_BATCH, MIN_AUTO_BATCH, MIN_STEPS = 8192, 256, 360
 #: (16 of 160: a held-out MSE uncertain by a third) and trains on 90 % of them: generated ratings, 200 over 12
 #: seeds 1.0620 -> 1.0582 without it (BaselineOnly 1.0582), 600 over 8 seeds 1.0964 -> 1.0912
 EARLY_STOPPING_MIN, EARLY_STOPPING_BELOW = 1000, 200_000
-#: ... and also, from SEARCH_MIN ratings (a validation split of at least 100) to where the automatic batch exceeds
+#: ... and also, from EARLY_STOPPING_MIN ratings to where the automatic batch exceeds
 #: SEARCH_BATCH (about 37,000 ratings with 20 epochs), the step size lr * sqrt(batch / AUTO_BATCH) and a bilinear
 #: prior MF_REG_SEARCH times weaker (MWGPConfig.search_space; on ML-100K's 80,000 ratings the step size gained
 #: 0.0003 RMSE for a third training run). From there to AUTO_BATCH that step size alone, without a search (ML-100K
 #: 5-fold, batch 4,445: lr 0.01 / 0.012 / 0.014 / 0.017 / 0.02 / 0.03 gave RMSE 0.8773 / 0.8768 / 0.8766 / 0.8769 /
 #: 0.8774 / 0.8802; the rule's 0.0147 sits at the best; ML-1M's batch of 8,192 keeps lr: 0.014 gave the same RMSE
 #: there with a worse NLL)
-SEARCH_BATCH, MF_REG_SEARCH, SEARCH_MIN = 2048, 5.0, 1000
+SEARCH_BATCH, MF_REG_SEARCH = 2048, 5.0
 #: neighbourhood="auto" switches the neighbourhood term on for (user, item) data of at least NEIGHBOURHOOD_MIN ratings
 #: (below, generated data of 16K-36K ratings lost 0.2-6 % RMSE with it and 10 % samples of ML-100K gained nothing;
 #: ML-100K's 80K gain 0.3 %) and at most NEIGHBOURHOOD_BUDGET ratings x items (its similarity costs about that many
@@ -321,7 +321,7 @@ class MWGPConfig:
         scaled = float(self.lr) * math.sqrt(batch / AUTO_BATCH)
         given = {"lr": scaled if _is_auto(self.batch_size) and batch > SEARCH_BATCH else float(self.lr),
                  "mf_reg": self.bilinear(n_ratings)[1]}
-        if not (_is_auto(self.batch_size) and batch <= SEARCH_BATCH and n_ratings >= SEARCH_MIN):
+        if not (_is_auto(self.batch_size) and batch <= SEARCH_BATCH and n_ratings >= EARLY_STOPPING_MIN):
             return [given]
         rates = (given["lr"], scaled)
         priors = (given["mf_reg"], given["mf_reg"] / MF_REG_SEARCH) if self.mf_rank > 0 else (given["mf_reg"],)
