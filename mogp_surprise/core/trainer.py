@@ -13,7 +13,8 @@ from tqdm.auto import tqdm
 
 from . import checkpoint as ckpt
 from .checkpoint import Checkpointing
-from .config import MWGPConfig, seeded_generator
+from .calibration import centred_global_mean
+from .config import EARLY_STOPPING_MIN, MWGPConfig, seeded_generator
 from .distributed import DataParallel, touched_rows
 from .errors import NumericalError, check_finite_ratings
 from .initialization import initialise
@@ -153,6 +154,8 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
     laplace = laplace_variances(module, idx_t.to(device), config.jitter, config.chunk_size, training=True)
     posterior = MWGPPosterior.from_module(module, rating_mean, rating_std, config.jitter, config.chunk_size,
                                           laplace=laplace, embedding_uncertainty=config.embedding_uncertainty)
+    if n < EARLY_STOPPING_MIN:  # a few full-batch steps: the global mean at its optimum given the rest
+        posterior = centred_global_mean(posterior, index, ratings)
     # unseen users / items: their latent variance calibrated on the training ratings (leave-one-out)
     posterior = posterior.with_cold_start_calibration(index, ratings, laplace)
     elapsed = time.perf_counter() - started
