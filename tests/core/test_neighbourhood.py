@@ -322,26 +322,26 @@ def test_appended_users_have_a_graph_of_their_own(fitted):
 
 
 def test_one_pairs_part_in_one_step_is_its_inputs_and_combine(fitted, monkeypatch):
-    """The one-pair serving path takes the term's part from one compiled call (``pair_part``): the same as the
-    pair inputs and ``combine`` (the path without numba) and as the batched path, for known, appended and unseen
-    users and items."""
+    """The one-pair serving path takes the term's part from one compiled call (``pair_combine`` for known levels,
+    ``pair_part`` otherwise; both through ``_pair_moments``): the same as the pair inputs and ``combine`` (the path
+    without numba) and as the batched path, for known, appended and unseen users and items."""
     pytest.importorskip("numba")
     rng = np.random.default_rng(6)
     post = fitted.with_extra_users([fold_in(fitted, rng.choice(N_ITEMS, 7, replace=False),
                                             rng.integers(1, 6, 7).astype(float))])
     pairs = [(int(u), int(i)) for u, i in zip(rng.integers(-1, N_USERS + 1, 300), rng.integers(-1, N_ITEMS, 300))]
     calls = []
-    original = Neighbourhood.pair_part
+    original = Neighbourhood._pair_moments
 
     def counted(self, *args):
         part = original(self, *args)
         calls.append(part is not None)
         return part
 
-    monkeypatch.setattr(Neighbourhood, "pair_part", counted)
+    monkeypatch.setattr(Neighbourhood, "_pair_moments", counted)
     one_step = np.array([post.predict_pair(p) for p in pairs])
     assert len(calls) >= len(pairs) and all(calls)
-    monkeypatch.setattr(Neighbourhood, "pair_part", lambda self, *args: None)
+    monkeypatch.setattr(Neighbourhood, "_pair_moments", lambda self, *args: None)
     del post.__dict__["_pair_predictor"]
     by_combine = np.array([post.predict_pair(p) for p in pairs])
     np.testing.assert_allclose(one_step, by_combine, rtol=1e-12, atol=1e-12)

@@ -298,6 +298,16 @@ class Term(nn.Module):
         pair inputs and calls :meth:`combine`)."""
         return None
 
+    def pair_combine(self, index: tuple[int, ...], tables: dict[str, tuple[np.ndarray, np.ndarray | None]],
+                     extras: dict[str, np.ndarray] | None, parts: Any) -> bool:
+        """:meth:`combine` for one index tuple of known levels in Python floats, the one-pair serving path's fast
+        lane (:class:`~..serving.PairParts`: ``add_mean``, ``add_log_noise``, ``set_input`` and
+        ``add_latent_log_scale`` as :class:`RatingParts`, on floats and 1-d rows). ``tables`` and ``extras`` as in
+        :meth:`pair_part`. The same formulas as :meth:`combine`, without a numpy call per operation on (1, k) rows;
+        the serving path checks the result against the batched one. Default: False (it forms rows and calls
+        :meth:`combine`)."""
+        return False
+
     def user_pair_rows(self, items: Tensor, answers: tuple[Tensor, Tensor], extras: dict[str, Tensor]
                        ) -> dict[str, Rows]:
         """The pair inputs of one user who is not in the fitted extras (fold-in), with ``items`` (n,), from the

@@ -67,6 +67,12 @@ class Bias(Term):
             b = rows[f"bias_{f}"]
             parts.add_mean(b.value, b.var)
 
+    def pair_combine(self, index: tuple[int, ...], tables: dict, extras: Any, parts: Any) -> bool:
+        for f in range(len(self.n_levels)):
+            values, var = tables[f"bias_{f}"]
+            parts.add_mean(values.item(index[f]), None if var is None else var.item(index[f]))
+        return True
+
     @torch.no_grad()
     def initialise_from_data(self, init: Any) -> None:
         """Empirical-Bayes start, factor after factor: a level's bias is the mean residual of its n ratings

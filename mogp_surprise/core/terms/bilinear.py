@@ -39,10 +39,10 @@ every gradient step, so the training loss leaves it out.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
-import math
-
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -93,17 +93,14 @@ class Bilinear(Term):
         if "logvar_0" in rows:  # training with the variational posterior: the rows' variances are q's
             p = Rows(p.value, torch.exp(rows["logvar_0"].value))
             q = Rows(q.value, torch.exp(rows["logvar_1"].value))
-        mean = (p.value * q.value).sum(-1)
-        # Var[p.q] for independent p, q: sum of p_var q^2 + q_var p^2 + p_var q_var = p_var (q^2 + q_var) + q_var p^2
-        if p.var is None and q.var is None:
-            var = None
-        elif q.var is None:
-            var = (p.var * q.value * q.value).sum(-1)
-        elif p.var is None:
-            var = (q.var * p.value * p.value).sum(-1)
-        else:
-            var = (p.var * (q.value * q.value + q.var) + q.var * p.value * p.value).sum(-1)
-        parts.add_mean(mean, var)
+        parts.add_mean(*_product_moments(p, q, _row_dot))
+
+    def pair_combine(self, index: tuple[int, ...], tables: dict, extras: Any, parts: Any) -> bool:
+        (p, p_var), (q, q_var) = tables["factor_0"], tables["factor_1"]
+        user, item = index[0], index[1]
+        parts.add_mean(*_product_moments(Rows(p[user], None if p_var is None else p_var[user]),
+                                         Rows(q[item], None if q_var is None else q_var[item]), np.dot))
+        return True
 
     @torch.no_grad()
     def initialise(self, init: Any) -> None:
@@ -132,3 +129,20 @@ class Bilinear(Term):
             name = f"logvar_{f}"
             if name in statistics:
                 self.table(name).copy_(-torch.log(self.options["mf_reg"] + statistics[name]))
+
+
+def _row_dot(a: Tensor, b: Tensor) -> Tensor:
+    return (a * b).sum(-1)
+
+
+def _product_moments(p: Rows, q: Rows, dot: Any) -> tuple[Any, Any]:
+    """E[p . q] and Var[p . q] of independent rows p, q (``dot``: the row-wise inner product): sum of
+    p_var q^2 + q_var p^2 + p_var q_var = p_var (q^2 + q_var) + q_var p^2 (None: both are point values)."""
+    mean = dot(p.value, q.value)
+    if p.var is None and q.var is None:
+        return mean, None
+    if q.var is None:
+        return mean, dot(p.var, q.value * q.value)
+    if p.var is None:
+        return mean, dot(q.var, p.value * p.value)
+    return mean, dot(p.var, q.value * q.value + q.var) + dot(q.var, p.value * p.value)

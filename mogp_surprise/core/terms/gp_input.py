@@ -48,6 +48,12 @@ class GPInput(Term):
         for f in range(len(self.n_levels)):
             parts.set_input(f, rows[f"embedding_{f}"])
 
+    def pair_combine(self, index: tuple[int, ...], tables: dict, extras: Any, parts: Any) -> bool:
+        for f in range(len(self.n_levels)):
+            values, var = tables[f"embedding_{f}"]
+            parts.set_input(f, Rows(values[index[f]], None if var is None else var[index[f]]))
+        return True
+
     @torch.no_grad()
     def initialise(self, init: Any) -> None:
         for f in range(len(self.n_levels)):

@@ -67,6 +67,12 @@ class NoiseOffset(Term):
             row = rows[f"offset_{f}"].value
             parts.add_log_noise(row[..., 0], parts.xp.exp(row[..., 1]))
 
+    def pair_combine(self, index: tuple[int, ...], tables: dict, extras: Any, parts: Any) -> bool:
+        for f in range(len(self.n_levels)):
+            row = tables[f"offset_{f}"][0][index[f]]
+            parts.add_log_noise(row.item(0), math.exp(row.item(1)))
+        return True
+
     @torch.no_grad()
     def initialise(self, init: Any) -> None:
         for f in range(len(self.n_levels)):
