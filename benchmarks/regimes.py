@@ -170,6 +170,10 @@ def _shapes(seed: int = 0) -> list[Case]:
     is_top = rng.random(len(top)) < 0.9
     top["rating"] = np.where(is_top, 5.0, np.clip(top["rating"] - 1, 1, 4))
     cases.append(Case("imbalance-90%-top", top, (1, 5)))
+    # every user rated one item (a shop's reviews): only the items' effects are identified
+    items, item_effect = rng.integers(0, 60, 6000), rng.normal(0, 0.8, 60)
+    cases.append(Case("every-user-one-rating", _frame(np.arange(6000), items, np.clip(
+        np.rint(3.5 + item_effect[items] + rng.normal(0, 0.7, 6000)), 1, 5)), (1, 5)))
     return cases
 
 

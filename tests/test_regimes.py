@@ -57,3 +57,23 @@ def test_bias_only_world_recovers_the_biases():
     mean = mean.reshape(n_users, n_items)
     assert np.corrcoef(mean.mean(1), bu)[0, 1] >= 0.95  # each user's effective bias
     assert np.corrcoef(mean.mean(0), bi)[0, 1] >= 0.95
+
+
+def test_when_every_user_rated_one_item_the_items_effects_are_learned():
+    """Every user has one rating (2,000 users, 50 items): a held-out user is new, so only the items' effects can
+    help. The biases' start once gave every residual to the users' biases (their own levels say nothing of the
+    noise), the items explained nothing, and every new user got about the global mean: RMSE 1.12 against
+    BaselineOnly's 0.74 (now 0.70)."""
+    from surprise import accuracy
+    from surprise.model_selection import train_test_split
+
+    rng = np.random.default_rng(1)
+    items = rng.integers(0, 50, 2000)
+    effect = rng.normal(0, 1, 50)
+    df = pd.DataFrame({"user": np.arange(2000), "item": items,
+                       "rating": np.clip(np.rint(3 + effect[items] + rng.normal(0, 0.7, 2000)), 1, 5)})
+    trainset, testset = train_test_split(Dataset.load_from_df(df, Reader(rating_scale=(1, 5))), test_size=0.2,
+                                         random_state=0)
+    ours = accuracy.rmse(MWGP(random_state=0).fit(trainset).test(testset), verbose=False)
+    baseline = accuracy.rmse(BaselineOnly(verbose=False).fit(trainset).test(testset), verbose=False)
+    assert ours <= baseline, (ours, baseline)

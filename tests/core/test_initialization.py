@@ -94,11 +94,13 @@ def _ml_spread(means, noise, floor):
 
 def _reference_bias_start(index, y, n_levels, sweeps=5, spreads=None):
     """The biases' empirical-Bayes start written out in numpy: per factor, level means of the residual shrunk
-    by n / (n + s2 / t2), s2 the within-level residual variance (on N - L degrees of freedom), t2 the maximum-
-    likelihood variance of the level means' true values given s2 (:func:`_ml_spread`)
-    (each factor's t2 of the last sweep appended to ``spreads``, when given)."""
+    by n / (n + s2 / t2), s2 the within-level residual variance pooled over the factors (each factor's squares
+    about its levels' means, from its latest residual, on N - L degrees of freedom each; a factor is passed over
+    while no factor has any), t2 the maximum-likelihood variance of the level means' true values given s2
+    (:func:`_ml_spread`) (each factor's t2 of the last sweep appended to ``spreads``, when given)."""
     values = [np.zeros(n) for n in n_levels]
-    last = {}
+    last = {f: 1e-4 for f in range(len(n_levels))}
+    squares = {}
     for _ in range(sweeps):
         for f, n_f in enumerate(n_levels):
             residual = y - sum(values[g][index[:, g]] for g in range(len(n_levels)) if g != f)
@@ -106,7 +108,11 @@ def _reference_bias_start(index, y, n_levels, sweeps=5, spreads=None):
             sums = np.bincount(index[:, f], weights=residual, minlength=n_f)
             seen = counts > 0
             means = sums[seen] / counts[seen]
-            within = np.sum((residual - sums[index[:, f]] / counts[index[:, f]]) ** 2) / (len(y) - seen.sum())
+            squares[f] = (np.sum((residual - sums[index[:, f]] / counts[index[:, f]]) ** 2), len(y) - seen.sum())
+            dof = sum(d for _, d in squares.values())
+            if not dof:
+                continue
+            within = sum(q for q, _ in squares.values()) / dof
             last[f] = _ml_spread(means, within / counts[seen], 1e-6 * within)
             values[f] = sums / (counts + within / last[f])
     if spreads is not None:
@@ -134,6 +140,34 @@ def test_biases_start_at_their_empirical_bayes_least_squares_values():
     assert np.corrcoef(expected[0], true_u)[0, 1] > 0.9
     implied = term.bias_1[7].item() + term.bias_0.detach().numpy()[index[index[:, 1] == 7, 0]].mean()
     assert abs(implied - 2.0) < 0.2
+
+
+def test_with_one_rating_per_user_the_items_biases_are_learned_and_the_users_shrunk():
+    """Every user rated one item (2,000 users, 50 items): the users' own levels say nothing of the noise (N - L =
+    0), so their s2 comes from the items' within-level squares. Alone they took s2 = 0: the users' biases took every
+    residual (t2 = the ratings' variance), the items' started at 0 under a prior of precision 1e4, and a new user
+    was predicted the global mean for every item (RMSE 1.12 against BaselineOnly's 0.74)."""
+    from mogp_surprise.core.initialization import InitContext
+    from mogp_surprise.core.terms.bias import AUTO_PRECISION_MAX, Bias
+
+    rng = np.random.default_rng(1)
+    n_levels = (2000, 50)
+    true_i = rng.normal(0, 1.0, n_levels[1])
+    index = np.stack([np.arange(2000), rng.integers(0, 50, 2000)], 1)
+    y = true_i[index[:, 1]] + rng.normal(0, 0.7, 2000)
+    term = Bias(n_levels, {"bias_reg": "auto"}).double()
+    init = InitContext(torch.as_tensor(index), torch.as_tensor(y), n_levels, "pca", torch.Generator(),
+                       torch.float64, torch.device("cpu"))
+    term.initialise_from_data(init)
+    spreads = []
+    expected = _reference_bias_start(index, y, n_levels, spreads=spreads)
+    np.testing.assert_allclose(term.bias_1.detach().numpy(), expected[1], rtol=1e-7, atol=1e-10)
+    items = term.bias_1.detach().numpy()
+    assert np.corrcoef(items, true_i)[0, 1] > 0.95 and abs(items.std() - true_i.std()) < 0.15
+    assert np.abs(term.bias_0.detach().numpy()).max() < 0.05
+    precision = term.options["bias_precision"]
+    assert precision[0] == AUTO_PRECISION_MAX and 0.7 < precision[1] < 1.4, precision
+    np.testing.assert_allclose(precision[1], 1 / spreads[1], rtol=1e-6)
 
 
 def test_the_variances_of_the_bias_start_are_unbiased_with_few_ratings_a_level():

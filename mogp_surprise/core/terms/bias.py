@@ -83,12 +83,17 @@ class Bias(Term):
         factors = range(len(self.n_levels))
         counts = [torch.bincount(index[:, f], minlength=n).to(init.dtype) for f, n in zip(factors, self.n_levels)]
         values = [torch.zeros(n, dtype=init.dtype, device=init.device) for n in self.n_levels]
-        spreads = [0.0] * len(self.n_levels)  # each factor's t2, set by every sweep
+        spreads = [AUTO_PRECISION_MAX ** -1] * len(self.n_levels)  # each factor's t2, set by every sweep
+        squares: list[tuple[float, int]] = [(0.0, 0)] * len(self.n_levels)  # each factor's within-level squares
         for _ in range(INIT_SWEEPS):
             for f in factors:
                 residual = y - sum(values[g][index[:, g]] for g in factors if g != f)
                 sums = torch.zeros_like(values[f]).index_add_(0, index[:, f], residual)
-                within, spreads[f] = _variances(residual, sums, counts[f], index[:, f])
+                squares[f] = _within_squares(residual, sums, counts[f], index[:, f])
+                if not sum(dof for _, dof in squares):  # no level rated twice yet: nothing tells noise from bias
+                    continue
+                within, spreads[f] = _variances(residual, sums, counts[f], index[:, f],
+                                                pooled=_sum_squares(squares[:f] + squares[f + 1:]))
                 values[f] = sums / (counts[f] + within / spreads[f])
         for f in factors:
             self.table(f"bias_{f}").copy_(values[f])
@@ -96,10 +101,26 @@ class Bias(Term):
             self.set_options(bias_precision=[min(1.0 / t2, AUTO_PRECISION_MAX) for t2 in spreads])
 
 
-def _variances(residual: Tensor, sums: Tensor, counts: Tensor, levels: Tensor) -> tuple[float, float]:
+def _within_squares(residual: Tensor, sums: Tensor, counts: Tensor, levels: Tensor) -> tuple[float, int]:
+    """The squares of the residuals about their levels' means and their degrees of freedom, N - L (N ratings, L
+    levels seen)."""
+    squares = float(((residual - (sums / counts.clamp_min(1))[levels]) ** 2).sum())
+    return squares, residual.numel() - int((counts > 0).sum())
+
+
+def _sum_squares(parts: list[tuple[float, int]]) -> tuple[float, int]:
+    return sum(s for s, _ in parts), sum(d for _, d in parts)
+
+
+def _variances(residual: Tensor, sums: Tensor, counts: Tensor, levels: Tensor,
+               pooled: tuple[float, int] = (0.0, 0)) -> tuple[float, float]:
     """(s2, t2) of :meth:`Bias.initialise_from_data` (t2 floored at 1e-6 of s2: no spread, no biases). s2 is the
     pooled within-level variance on N - L degrees of freedom (N ratings, L levels seen; one-way ANOVA's unbiased
-    mean square, where dividing by N made s2 short by (N - L) / N: 7/8 with 8 ratings a level, and t2 too large).
+    mean square, where dividing by N made s2 short by (N - L) / N: 7/8 with 8 ratings a level, and t2 too large),
+    with ``pooled``'s squares and degrees of freedom added: the other factors' within-level squares, which
+    estimate the same noise. A factor whose levels were each rated once has none of its own: alone it took s2 = 0
+    and its biases took every residual (every user with one rating: the items' biases then started at 0 under a
+    prior of precision 1e4, and the items explained nothing).
     t2 is the maximum-likelihood estimate given s2 of the one-way random-effects model, in which a level's mean
     residual is N(mu, t2 + s2 / n) for its n ratings: the fixed point t2 = sum w^2 ((mean - mu)^2 - s2 / n) /
     sum w^2, w = 1 / (t2 + s2 / n), mu the w-weighted mean, iterated from the moments estimate (the spread of the
@@ -109,8 +130,8 @@ def _variances(residual: Tensor, sums: Tensor, counts: Tensor, levels: Tensor) -
     seen = counts > 0
     n = counts[seen].double()
     means = sums[seen].double() / n
-    squares = float(((residual - (sums / counts.clamp_min(1))[levels]) ** 2).sum())
-    within = max(squares / max(residual.numel() - means.numel(), 1), 1e-12)
+    squares, dof = _within_squares(residual, sums, counts, levels)
+    within = max((squares + pooled[0]) / max(dof + pooled[1], 1), 1e-12)
     floor = 1e-6 * within
     if means.numel() < 2:
         return within, max(float(means.square().mean()), floor)
