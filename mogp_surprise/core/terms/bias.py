@@ -76,9 +76,10 @@ class Bias(Term):
     @torch.no_grad()
     def initialise_from_data(self, init: Any) -> None:
         """Empirical-Bayes start, factor after factor: a level's bias is the mean residual of its n ratings
-        shrunk by n / (n + s2 / t2), s2 the residual variance within levels, t2 the variance of the levels'
-        biases estimated by moments (the spread of the level means less what their noise explains). With
-        ``bias_reg="auto"`` the last sweep's 1 / t2 of each factor becomes its prior precision."""
+        shrunk by n / (n + s2 / t2), s2 the residual variance within levels (pooled over the factors, from each
+        one's latest residual; a factor is passed over while no factor has a level rated twice), t2 the variance
+        of the levels' biases by maximum likelihood given s2 (:func:`_variances`). With ``bias_reg="auto"`` the
+        last sweep's 1 / t2 of each factor becomes its prior precision (1e4 for a factor never reached)."""
         index, y = init.index, init.y.to(init.dtype)
         factors = range(len(self.n_levels))
         counts = [torch.bincount(index[:, f], minlength=n).to(init.dtype) for f, n in zip(factors, self.n_levels)]
