@@ -94,8 +94,11 @@ from .user_objective import PRIORS, FoldInContext, UserData, context_for
 
 __all__ = ["FoldedUser", "fold_in", "fold_in_many", "fold_in_objective", "PRIORS"]
 
-#: fold-in's default gradient tolerance (see ``tol`` of :func:`fold_in`)
-TOL = 1e-4
+#: fold-in's default gradient tolerance (see ``tol`` of :func:`fold_in`): in whitened coordinates about a hundredth of
+#: a posterior standard deviation from the optimum. ML-1M's default model, 10 ratings, against 1e-4: 5.9 instead of
+#: 8.8 L-BFGS iterations, 11.3 instead of 14.5 ms; over 40 users' whole catalogues the predictive means move by at
+#: most 0.0064 (rating units), the variances by at most 0.33 %
+TOL = 1e-2
 
 
 def fold_in(posterior: MWGPPosterior, items: np.ndarray, ratings: np.ndarray, init_user: int | None = None,
@@ -117,7 +120,7 @@ def fold_in(posterior: MWGPPosterior, items: np.ndarray, ratings: np.ndarray, in
         instead of the prior mean.
     max_iter : int, default=100
         Maximum number of L-BFGS iterations.
-    tol : float, default=1e-4
+    tol : float, default=1e-2
         Stop when every gradient entry is below ``tol`` in absolute value: the gradient in the coordinates the
         optimiser works in, whitened by the objective's curvature at the start for users with up to
         ``WHITEN_MAX_RATINGS`` ratings (there an entry is about the distance to the optimum along one
