@@ -29,7 +29,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -252,8 +252,7 @@ def run_case(case: Case) -> dict:
 
 def _mean_of_draws(case: Case) -> dict:
     """Every draw as a case of its own; RMSE and coverage the mean over the draws, the targets checked on them."""
-    rows = [run_case(Case(case.name, df, case.scale, case.check, case.truth, case.coverage_target))
-            for df in case.draws]
+    rows = [run_case(replace(case, ratings=df, draws=[])) for df in case.draws]
     row: dict[str, Any] = {"case": case.name, "n_train": rows[0]["n_train"], "n_test": rows[0]["n_test"]}
     for key in ("mwgp fit s", "mwgp", "baseline", "svd", "coverage 90"):
         row[key] = float(np.mean([r[key] for r in rows]))

@@ -27,7 +27,7 @@ INIT_SWEEPS = 5
 #: ``bias_reg="auto"``: the prior precision of the biases before the data are seen, and its largest estimate
 #: (levels that all agree: a bias std of 1 % of the ratings' std)
 AUTO_PRECISION_START, AUTO_PRECISION_MAX = 1.0, 1e4
-#: the fixed-point iterations of the biases' maximum-likelihood spread (:func:`_variances`) and their relative tolerance
+#: the fixed-point iterations of the biases' maximum-likelihood spread (:func:`_spread`) and their relative tolerance
 ML_ITERATIONS, ML_TOLERANCE = 200, 1e-10
 
 
@@ -78,7 +78,7 @@ class Bias(Term):
         """Empirical-Bayes start, factor after factor: a level's bias is the mean residual of its n ratings
         shrunk by n / (n + s2 / t2), s2 the residual variance within levels (pooled over the factors, from each
         one's latest residual; a factor is passed over while no factor has a level rated twice), t2 the variance
-        of the levels' biases by maximum likelihood given s2 (:func:`_variances`). With ``bias_reg="auto"`` the
+        of the levels' biases by maximum likelihood given s2 (:func:`_spread`). With ``bias_reg="auto"`` the
         last sweep's 1 / t2 of each factor becomes its prior precision (1e4 for a factor never reached)."""
         index, y = init.index, init.y.to(init.dtype)
         factors = range(len(self.n_levels))
@@ -91,10 +91,11 @@ class Bias(Term):
                 residual = y - sum(values[g][index[:, g]] for g in factors if g != f)
                 sums = torch.zeros_like(values[f]).index_add_(0, index[:, f], residual)
                 squares[f] = _within_squares(residual, sums, counts[f], index[:, f])
-                if not sum(dof for _, dof in squares):  # no level rated twice yet: nothing tells noise from bias
+                dof = sum(d for _, d in squares)
+                if not dof:  # no level rated twice yet: nothing tells noise from bias
                     continue
-                within, spreads[f] = _variances(residual, sums, counts[f], index[:, f],
-                                                pooled=_sum_squares(squares[:f] + squares[f + 1:]))
+                within = max(sum(q for q, _ in squares) / dof, 1e-12)  # pooled over the factors: one noise
+                spreads[f] = _spread(sums, counts[f], within)
                 values[f] = sums / (counts[f] + within / spreads[f])
         for f in factors:
             self.table(f"bias_{f}").copy_(values[f])
@@ -109,20 +110,21 @@ def _within_squares(residual: Tensor, sums: Tensor, counts: Tensor, levels: Tens
     return squares, residual.numel() - int((counts > 0).sum())
 
 
-def _sum_squares(parts: list[tuple[float, int]]) -> tuple[float, int]:
-    return sum(s for s, _ in parts), sum(d for _, d in parts)
+def _variances(residual: Tensor, sums: Tensor, counts: Tensor, levels: Tensor) -> tuple[float, float]:
+    """(s2, t2) of one factor's levels alone (the neighbourhood term's shrinkage of a new user's bias): s2 the
+    within-level variance on N - L degrees of freedom (one-way ANOVA's unbiased mean square, where dividing by N
+    made s2 short by (N - L) / N: 7/8 with 8 ratings a level, and t2 too large), t2 by :func:`_spread`.
+    :meth:`Bias.initialise_from_data` pools s2 over the factors instead: their within-level squares estimate the
+    same noise, and a factor whose levels were each rated once has none of its own (alone it took s2 = 0 and its
+    biases took every residual: with every user rating one item the items' biases started at 0 under a prior of
+    precision 1e4, and the items explained nothing)."""
+    squares, dof = _within_squares(residual, sums, counts, levels)
+    within = max(squares / max(dof, 1), 1e-12)
+    return within, _spread(sums, counts, within)
 
 
-def _variances(residual: Tensor, sums: Tensor, counts: Tensor, levels: Tensor,
-               pooled: tuple[float, int] = (0.0, 0)) -> tuple[float, float]:
-    """(s2, t2) of :meth:`Bias.initialise_from_data` (t2 floored at 1e-6 of s2: no spread, no biases). s2 is the
-    pooled within-level variance on N - L degrees of freedom (N ratings, L levels seen; one-way ANOVA's unbiased
-    mean square, where dividing by N made s2 short by (N - L) / N: 7/8 with 8 ratings a level, and t2 too large),
-    with ``pooled``'s squares and degrees of freedom added: the other factors' within-level squares, which
-    estimate the same noise. A factor whose levels were each rated once has none of its own: alone it took s2 = 0
-    and its biases took every residual (every user with one rating: the items' biases then started at 0 under a
-    prior of precision 1e4, and the items explained nothing).
-    t2 is the maximum-likelihood estimate given s2 of the one-way random-effects model, in which a level's mean
+def _spread(sums: Tensor, counts: Tensor, within: float) -> float:
+    """t2 given s2 = ``within`` (floored at 1e-6 of s2: no spread, no biases): the maximum-likelihood estimate given s2 of the one-way random-effects model, in which a level's mean
     residual is N(mu, t2 + s2 / n) for its n ratings: the fixed point t2 = sum w^2 ((mean - mu)^2 - s2 / n) /
     sum w^2, w = 1 / (t2 + s2 / n), mu the w-weighted mean, iterated from the moments estimate (the spread of the
     level means less s2 mean(1 / n)). The moments estimate weighs the mean of a level of one rating as that of a
@@ -131,11 +133,9 @@ def _variances(residual: Tensor, sums: Tensor, counts: Tensor, levels: Tensor,
     seen = counts > 0
     n = counts[seen].double()
     means = sums[seen].double() / n
-    squares, dof = _within_squares(residual, sums, counts, levels)
-    within = max((squares + pooled[0]) / max(dof + pooled[1], 1), 1e-12)
     floor = 1e-6 * within
     if means.numel() < 2:
-        return within, max(float(means.square().mean()), floor)
+        return max(float(means.square().mean()), floor)
     noise = within / n
     spread = max(float(means.var()) - float(noise.mean()), floor)
     for _ in range(ML_ITERATIONS):
@@ -146,4 +146,4 @@ def _variances(residual: Tensor, sums: Tensor, counts: Tensor, levels: Tensor,
         spread = new
         if done:
             break
-    return within, spread
+    return spread
