@@ -7,14 +7,18 @@ users each) and held-out items' 90 % intervals covered 83-85 % of their ratings.
 every training rating is predicted as if its user (item, or both) were unseen, and the latent variance
 of each pattern of unseen factors is scaled by
 
-    c = max(1, (sum_n e_n^2 / (1 - h_n)^2 - sum_n E[sigma_n^2]) / sum_n Var[f_n])
+    c = (sum_n e_n^2 / (1 - h_n)^2 - sum_n E[sigma_n^2]) / sum_n Var[f_n]
 
 (e_n the residual from the pattern's mean; E[sigma_n^2] its noise). h_n = sum over the known levels
 of Var(b) / E[sigma_n^2] is the rating's leverage on the known level's bias-like values (a term's
 ``unit_mean_tables``: the Laplace variance of such a value is the inverse of its precision, which each
 rating adds lambda_n to), so e_n / (1 - h_n) approximates the residual the pattern would give had this
-rating been left out of training (leave-one-out). The scale only widens: the in-sample estimate is still
-optimistic. A folded-in user starts from the same population, so their Laplace variances are widened by
+rating been left out of training (leave-one-out). The estimate is still made on levels the model has seen, so
+it may only narrow (c < 1) where the training ratings show that clearly: then c is its one-sided upper 95 % bound
+(``NARROWING_Z`` standard errors, the ratings of one level of the unseen factor counted as one draw, since they
+share that level's effect), at least ``MIN_SCALE``, at most 1. Where every item had one rating (2,000 ratings,
+items without an effect), the unseen items' latent variance came out 2.6 times their squared errors, and the
+90 % intervals covered 0.99 of the test ratings when the factor could only widen; 0.93 with the bound. A folded-in user starts from the same population, so their Laplace variances are widened by
 the unseen user's factor too (:meth:`~.posterior.MWGPPosterior.with_extra_users`).
 
 On few ratings the global mean is also set to its optimum given the rest of the fit (:func:`centred_global_mean`).
@@ -35,6 +39,10 @@ from .rows import distinct_index_rows
 CALIBRATION_ROWS = 1_000_000
 #: largest leverage h_n used (a level's bias variance is below each of its ratings' noise variance)
 MAX_LEVERAGE = 0.99
+#: a factor below 1 is taken to its one-sided upper bound at this many standard errors (95 %)
+NARROWING_Z = 1.645
+#: the smallest factor (the training ratings may leave no room for a latent variance at all)
+MIN_SCALE = 0.01
 
 
 @torch.no_grad()
@@ -109,6 +117,18 @@ def cold_start_scales(post: Any, index: np.ndarray, ratings: np.ndarray, laplace
         var = var / state.cold_scale[pattern]
         leverage = sum((leverage_of[f] for f in range(n_factors) if f not in unseen), torch.zeros_like(y))
         resid = ((y - mean[inverse_t]) / (1.0 - leverage.clamp(0.0, MAX_LEVERAGE))).double()
-        spread = float((resid * resid).sum() - pattern_noise[inverse_t].double().sum())
-        scales[pattern] = max(1.0, spread / float(var[inverse_t].double().sum()))
+        excess, var_n = resid * resid - pattern_noise[inverse_t].double(), var[inverse_t].double()
+        ratio = float(excess.sum() / var_n.sum())
+        if ratio < 1.0:  # clusters: the levels of the unseen factor with the fewest levels
+            f = min(unseen, key=lambda f: post.n_levels[f])
+            ratio = min(1.0, max(MIN_SCALE, _upper_bound(ratio, excess, var_n, idx[:, f], post.n_levels[f])))
+        scales[pattern] = ratio
     return scales
+
+
+def _upper_bound(ratio: float, excess: Tensor, var: Tensor, cluster: Tensor, n_clusters: int) -> float:
+    """The one-sided upper bound ``NARROWING_Z`` standard errors above the ratio sum(excess) / sum(var), with the
+    rows of one cluster (one level) as one draw: the sandwich variance of the ratio estimator."""
+    per_row = excess - ratio * var
+    per_level = torch.zeros(n_clusters, dtype=per_row.dtype, device=per_row.device).index_add_(0, cluster, per_row)
+    return ratio + NARROWING_Z * float(per_level.square().sum().sqrt() / var.sum())

@@ -25,7 +25,7 @@ from .objective import elbo, log_prior
 from .optim import TrainingOptimizer, implicit_update_interval, uses_sparse_rows
 from .posterior import MWGPPosterior
 from .rows import Batch, distinct_index_rows
-from .validation import calibrates_noise, validation_scores
+from .validation import calibrates_noise, known_rows, validation_scores
 
 logger = logging.getLogger(__name__)
 
@@ -177,7 +177,7 @@ def _search(idx_t: torch.Tensor, y_t: torch.Tensor, common: dict, tried: list, r
     held, kept = validation_split(idx_t, n_val, gen)
     for setting in config.search_space(n)[len(tried):]:
         run = _train(idx_t[kept], y_t[kept], **{**common, "config": config.replace(**setting)},
-                     validation=(idx_t[held], y_t[held]), resumed=resumed,
+                     validation=(idx_t[held], y_t[held], known_rows(idx_t[held], idx_t[kept])), resumed=resumed,
                      phase={"phase": "choose", "tried": [list(t) for t in tried]})
         resumed = None
         tried.append([setting, run.validation, run.scales])
@@ -222,14 +222,15 @@ class _Run:
 
 def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], config: MWGPConfig,
            gen: torch.Generator, batch: int, device: torch.device, parallel: DataParallel | None = None,
-           saver: "_Saver | None" = None, validation: tuple[torch.Tensor, torch.Tensor] | None = None,
+           saver: "_Saver | None" = None, validation: tuple[torch.Tensor, ...] | None = None,
            stop_after: int | None = None, resumed: dict | None = None, phase: dict | None = None,
            shared: dict | None = None) -> _Run:
     """Initialise a module on (idx_t, y_t) and run Adam with the schedule of ``config.n_epochs`` epochs,
     stopped after ``stop_after`` epochs (default: all).
 
-    With ``validation`` = (index, standardised ratings), the RMSE of the predictive mean on them is
-    recorded after every epoch, over the whole schedule (no patience: the validation RMSE can
+    With ``validation`` = (index, standardised ratings, which rows have known levels: the noise scale's), the RMSE
+    of the predictive mean on them and the noise scale (:func:`~.validation.validation_scores`) are recorded after
+    every epoch, over the whole schedule (no patience: the validation RMSE can
     plateau for several epochs before the GP's inputs take over, and a cosine schedule often
     gives its best epochs last). ``parallel``: this process computes the gradient of its shard of
     every minibatch and the shards' gradients are summed. ``saver`` checkpoints the state (tagged
@@ -249,7 +250,7 @@ def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], co
     module.workspace = Workspace()
     idx_t, y_t = idx_t.to(device), y_t.to(device)
     if validation is not None:
-        validation = (validation[0].to(device), validation[1].to(device))
+        validation = tuple(t.to(device) for t in validation)
 
     steps_per_epoch = math.ceil(n / batch)
     total_steps = config.n_epochs * steps_per_epoch
@@ -326,8 +327,8 @@ def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], co
         bar.set_postfix(loss=f"{run.history[-1]:.4f}")
         logger.debug("epoch %d: negative ELBO per rating %.5f", epoch + 1, run.history[-1])
         if validation is not None:
-            rmse, scale = validation_scores(module, *validation, config.jitter, config.chunk_size,
-                                            calibrates_noise(module))
+            rmse, scale = validation_scores(module, *validation[:2], config.jitter, config.chunk_size,
+                                            calibrates_noise(module), known=validation[2])
             run.validation.append(rmse)
             run.scales.append(scale)
         if saver is not None and saver.checkpointing.due(epoch + 1, last):

@@ -15,6 +15,13 @@ before its Laplace and variational variances are formed (one 80/20 split each: 9
 0.97 -> 0.87, NLL 2.282 -> 2.208; -10...10 0.95 -> 0.88; ML-100K 0.896 -> 0.907). Not for MAP factors: this
 latent variance leaves out the Laplace variances the posterior adds, and the 20-100 case went 0.86 -> 0.95 with
 a worse NLL (2.248 -> 2.252). Measured in ``docs/history.md``.
+
+c is read from the held-out ratings whose user and item both have ratings in the run's training part
+(:func:`known_rows`), where there are at least ``SCALE_MIN_KNOWN`` of them, else from all. A held-out rating of a
+level without training ratings is predicted from the level's prior, whose latent variance the cold-start
+calibration sets after training (:mod:`.calibration`); counted here, it set the noise of known pairs instead:
+where every item had one rating, every held-out rating was of an unseen item, and their wide latent variance
+drove c to its lower bound.
 """
 from __future__ import annotations
 
@@ -30,6 +37,9 @@ from .terms import Rows
 
 #: the noise scale is searched within [1 / SCALE_BOUND, SCALE_BOUND]
 SCALE_BOUND = 32.0
+#: the fewest held-out ratings of known levels the noise scale is read from (else from every held-out rating;
+#: the standard error of log c on 50 ratings is about 0.2)
+SCALE_MIN_KNOWN = 50
 
 
 def calibrates_noise(module: MWGPModule) -> bool:
@@ -38,11 +48,22 @@ def calibrates_noise(module: MWGPModule) -> bool:
     return module.variational
 
 
+def known_rows(held: Tensor, kept: Tensor) -> Tensor:
+    """Which of the held-out index tuples ``held`` (n, F) have every level among the training tuples ``kept``."""
+    known = torch.ones(held.shape[0], dtype=torch.bool, device=held.device)
+    for f in range(held.shape[1]):
+        seen = torch.zeros(int(max(held[:, f].max(), kept[:, f].max())) + 1, dtype=torch.bool, device=held.device)
+        seen[kept[:, f]] = True
+        known &= seen[held[:, f]]
+    return known
+
+
 @torch.no_grad()
 def validation_scores(module: MWGPModule, index: Tensor, y: Tensor, jitter: float, chunk_size: int,
-                      with_scale: bool = False) -> tuple[float, float]:
+                      with_scale: bool = False, known: Tensor | None = None) -> tuple[float, float]:
     """(RMSE of the predictive mean, the noise scale of :func:`noise_scale`, or 1.0 without ``with_scale``) on
-    standardised held-out ratings, chunked. The GP's moments as the fitted posterior forms them, in float64
+    standardised held-out ratings, chunked; the scale from the rows ``known`` (:func:`known_rows`) where there are
+    at least ``SCALE_MIN_KNOWN`` (module docstring). The GP's moments as the fitted posterior forms them, in float64
     (:meth:`~.gp.SparseGP.fitted`): its variance s + k^T M k is a small difference of large sums, which in float32
     came out below 0 for some ratings (generated 20-100 data: -0.02 against a mean of 0.003), and the noise
     scale searched on them was then the smallest that made every variance positive (7.4 instead of 0.40)."""
@@ -61,7 +82,12 @@ def validation_scores(module: MWGPModule, index: Tensor, y: Tensor, jitter: floa
             noise.append(noise_n.double())
     squared = torch.cat(errors)
     rmse = math.sqrt(float(squared.mean())) if squared.numel() else 0.0
-    return rmse, noise_scale(squared, torch.cat(latent), torch.cat(noise)) if with_scale else 1.0
+    if not with_scale:
+        return rmse, 1.0
+    latent_n, noise_n = torch.cat(latent), torch.cat(noise)
+    if known is not None and int(known.sum()) >= SCALE_MIN_KNOWN:
+        squared, latent_n, noise_n = squared[known], latent_n[known], noise_n[known]
+    return rmse, noise_scale(squared, latent_n, noise_n)
 
 
 def noise_scale(squared: Tensor, latent: Tensor, noise: Tensor, iterations: int = 60) -> float:

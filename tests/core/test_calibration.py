@@ -33,7 +33,9 @@ def _laplace(bias_var: list[torch.Tensor]) -> dict:
 
 
 def _reference(post: MWGPPosterior, index: np.ndarray, ratings: np.ndarray, bias_var) -> list[float]:
-    """max(1, (sum (e / (1 - h))^2 - sum noise) / sum Var f) per pattern, from ``predict`` alone."""
+    """c = (sum (e / (1 - h))^2 - sum noise) / sum Var f per pattern, from ``predict`` alone; below 1 its upper
+    bound c + 1.645 * sqrt(sum over the unseen factor's levels of (sum of their d_n)^2) / sum Var f with
+    d_n = (e_n / (1 - h_n))^2 - noise_n - c Var f_n, within [0.01, 1]."""
     known_noise = post.noise_var_at(torch.as_tensor(index)).numpy()  # standardised
     out = [1.0]
     for code in (1, 2, 3):
@@ -47,21 +49,53 @@ def _reference(post: MWGPPosterior, index: np.ndarray, ratings: np.ndarray, bias
         mean, var_y = post.predict(pattern)
         _, var_f = post.predict(pattern, include_noise=False)
         resid = (ratings - mean) / (1.0 - np.minimum(h, calibration.MAX_LEVERAGE))
-        out.append(max(1.0, ((resid ** 2).sum() - (var_y - var_f).sum()) / var_f.sum()))
+        excess = resid ** 2 - (var_y - var_f)
+        c = excess.sum() / var_f.sum()
+        if c < 1:
+            f = [f for f in (0, 1) if code >> f & 1]
+            f = min(f, key=lambda f: (N_USERS, N_ITEMS)[f])
+            d = excess - c * var_f
+            per_level = np.array([d[index[:, f] == level].sum() for level in range((N_USERS, N_ITEMS)[f])])
+            c = min(1.0, max(0.01, c + 1.645 * np.sqrt((per_level ** 2).sum()) / var_f.sum()))
+        out.append(c)
     return out
 
 
-@pytest.mark.parametrize("noise", [3.0, 0.05], ids=["widened", "never-narrowed"])
+@pytest.mark.parametrize("noise", [3.0, 0.05], ids=["widened", "at-the-floor"])
 def test_scales_follow_the_written_out_leave_one_out_ratio(noise) -> None:
     post = _post(_het_module())
     index, ratings, bias_var = _training_data(0, noise)
     scales = cold_start_scales(post, index, ratings, _laplace(bias_var)).numpy()
     want = _reference(post, index, ratings, bias_var)
     np.testing.assert_allclose(scales, want, rtol=1e-10)
+    assert scales[0] == 1.0
     if noise > 1:
         assert (scales[1:] > 1.5).all()  # ratings far from every population mean: wider
+    else:  # ratings closer to both levels' population than its noise alone allows: the smallest factor
+        assert scales[3] == pytest.approx(calibration.MIN_SCALE)
+
+
+@pytest.mark.parametrize("share", [0.3, 0.6], ids=["narrowed", "bound-above-1"])
+def test_a_factor_below_one_is_its_upper_bound(share) -> None:
+    """Ratings of unseen items drawn with share x the pattern's latent variance (plus its noise): the factor is
+    the ratio's one-sided upper 95 % bound over the items as clusters, so above the estimate, and 1 at most."""
+    post = _post(_het_module())
+    rng = np.random.default_rng(4)
+    index = np.stack([rng.integers(0, N_USERS, 600), rng.integers(0, N_ITEMS, 600)], 1)
+    pattern = index.copy()
+    pattern[:, 1] = -1
+    mean, var_y = post.predict(pattern)
+    _, var_f = post.predict(pattern, include_noise=False)
+    ratings = mean + rng.normal(size=600) * np.sqrt(var_y - var_f + share * var_f)
+    bias_var = [torch.zeros(N_USERS, dtype=torch.float64), torch.zeros(N_ITEMS, dtype=torch.float64)]
+    scales = cold_start_scales(post, index, ratings, _laplace(bias_var)).numpy()
+    np.testing.assert_allclose(scales, _reference(post, index, ratings, bias_var), rtol=1e-10)
+    excess = (ratings - mean) ** 2 - (var_y - var_f)
+    estimate = excess.sum() / var_f.sum()
+    if share < 0.5:
+        assert estimate < scales[2] < 1.0
     else:
-        assert scales[0] == 1.0 and np.isclose(want[1:], 1.0).any()  # the clamp was reached
+        assert estimate < 1.0 and scales[2] == 1.0
 
 
 def test_a_calibrated_posterior_scales_the_latent_variance_of_unseen_patterns_only() -> None:
@@ -138,3 +172,25 @@ def test_fit_calibrates_held_out_users_intervals() -> None:
         mean, var = p.predict(index)
         coverage[name] = float(np.mean(np.abs(y[cold] - mean) <= 1.6449 * np.sqrt(var)))
     assert coverage["raw"] < coverage["calibrated"] - 0.01 and 0.85 <= coverage["calibrated"] <= 0.95, coverage
+
+
+def test_unseen_items_of_data_where_every_item_has_one_rating_are_not_too_wide() -> None:
+    """Every item rated once, items without an effect: a held-out rating is always of an unseen item. Their
+    population's latent variance is wider than their errors, and the 90 % intervals covered 0.97 of them while
+    the factor could only widen (0.99 on another draw); narrowed to its upper bound they cover 0.92."""
+    rng = np.random.default_rng(2)
+    n, n_users = 2000, 50
+    users = rng.integers(0, n_users, n)
+    y = np.clip(np.rint(3 + rng.normal(0, 1, n_users)[users] + rng.normal(0, 0.7, n)), 1, 5)
+    train = rng.permutation(n) < 1600  # items 0..n-1, one rating each: the held-out items are unseen
+    index = np.stack([users, np.cumsum(train) - 1], 1)
+    post = fit_mwgp(index[train], y[train], (n_users, int(train.sum())), MWGPConfig(random_state=0)).posterior
+    assert post.cold_scale[2] < 0.6
+    state = post.state_dict()
+    state["cold_scale"] = torch.ones(4, dtype=state["cold_scale"].dtype)
+    held = np.stack([users[~train], np.full(int((~train).sum()), -1)], 1)
+    coverage = {}
+    for name, p in (("calibrated", post), ("widening only", MWGPPosterior.from_state_dict(state))):
+        mean, var = p.predict(held)
+        coverage[name] = float(np.mean(np.abs(y[~train] - mean) <= 1.6449 * np.sqrt(var)))
+    assert 0.85 <= coverage["calibrated"] <= 0.95 and coverage["widening only"] >= 0.96, coverage

@@ -103,3 +103,33 @@ def test_the_held_out_latent_variance_is_formed_in_float64(monkeypatch) -> None:
     validation.validation_scores(mod, index, y, 1e-5, 128, with_scale=True)
     latent = torch.cat([a[1] for a in seen])
     torch.testing.assert_close(latent, want, rtol=1e-6, atol=1e-12)
+
+
+def test_known_rows_are_those_whose_every_level_has_training_ratings() -> None:
+    kept = torch.tensor([[0, 0], [1, 2], [3, 1]])
+    held = torch.tensor([[0, 2], [2, 0], [1, 4], [3, 0], [5, 5]])
+    assert validation.known_rows(held, kept).tolist() == [True, False, False, True, False]
+
+
+@pytest.mark.parametrize("n_known", [60, 20], ids=["from-known-rows", "too-few-known-from-all"])
+def test_the_noise_scale_is_read_from_held_out_ratings_of_known_levels(monkeypatch, n_known) -> None:
+    """Held-out ratings of unseen levels carry the population's wide latent variance, which the cold-start
+    calibration sets later: the scale comes from the other rows where there are SCALE_MIN_KNOWN of them."""
+    from tests.core._modules import module
+
+    torch.manual_seed(0)
+    mod = module((30, 20), 2, 16)
+    index = torch.stack([torch.randint(0, 30, (200,)), torch.randint(0, 20, (200,))], 1)
+    y = torch.randn(200)
+    known = torch.zeros(200, dtype=torch.bool)
+    known[torch.randperm(200)[:n_known]] = True
+    seen = []
+    original = validation.noise_scale
+    monkeypatch.setattr(validation, "noise_scale", lambda *a: seen.append(a) or original(*a))
+    _, everything = validation.validation_scores(mod, index, y, 1e-5, 64, with_scale=True)
+    _, chosen = validation.validation_scores(mod, index, y, 1e-5, 64, with_scale=True, known=known)
+    rows = known if n_known >= validation.SCALE_MIN_KNOWN else torch.ones(200, dtype=torch.bool)
+    for got, want in zip(seen[1], seen[0]):
+        torch.testing.assert_close(got, want[rows])
+    assert chosen == original(*(a[rows] for a in seen[0]))
+    assert (chosen != everything) == (n_known >= validation.SCALE_MIN_KNOWN)
