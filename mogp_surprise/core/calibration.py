@@ -18,8 +18,9 @@ it may only narrow (c < 1) where the training ratings show that clearly: then c 
 (``NARROWING_Z`` standard errors, the ratings of one level of the unseen factor counted as one draw, since they
 share that level's effect), at least ``MIN_SCALE``, at most 1. Where every item had one rating (2,000 ratings,
 items without an effect), the unseen items' latent variance came out 2.6 times their squared errors, and the
-90 % intervals covered 0.99 of the test ratings when the factor could only widen; 0.93 with the bound. A folded-in user starts from the same population, so their Laplace variances are widened by
-the unseen user's factor too (:meth:`~.posterior.MWGPPosterior.with_extra_users`).
+90 % intervals covered 0.99 of the test ratings when the factor could only widen; 0.93 with the bound.
+A folded-in user starts from the same population, so their Laplace variances are scaled by the unseen user's
+factor too (:meth:`~.posterior.MWGPPosterior.with_extra_users`).
 
 On few ratings the global mean is also set to its optimum given the rest of the fit (:func:`centred_global_mean`).
 """

@@ -65,9 +65,9 @@ trained users (and, for choosing what to ask a user, the full Gauss-Newton covar
 
 (0, i.e. no correction, where the prior precision is 0, as there). They enter the predictive
 variance of :meth:`~mogp_surprise.core.posterior.MWGPPosterior.with_extra_users` by the delta
-method, like those of the trained users, widened by the cold-start calibration factor of an unseen
+method, like those of the trained users, scaled by the cold-start calibration factor of an unseen
 user (:mod:`~mogp_surprise.core.calibration`: the population prior fold-in starts from is the one
-whose latent variance that factor widens).
+whose latent variance that factor scales).
 
 Caveats. The items' inputs are not updated: with implicit feedback an item's input holds the
 normalised sum of its raters' item-side implicit factors, and the folded user adds none (every
