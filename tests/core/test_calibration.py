@@ -34,8 +34,8 @@ def _laplace(bias_var: list[torch.Tensor]) -> dict:
 
 def _reference(post: MWGPPosterior, index: np.ndarray, ratings: np.ndarray, bias_var) -> list[float]:
     """c = (sum (e / (1 - h))^2 - sum noise) / sum Var f per pattern, from ``predict`` alone; below 1 its upper
-    bound c + 1.645 * sqrt(sum over the unseen factor's levels of (sum of their d_n)^2) / sum Var f with
-    d_n = (e_n / (1 - h_n))^2 - noise_n - c Var f_n, within [0.01, 1]."""
+    bound c + t_95(G - 1) sqrt(G / (G - 1) sum over the G levels of the unseen factor of (sum of their d_n)^2) /
+    sum Var f with d_n = (e_n / (1 - h_n))^2 - noise_n - c Var f_n, within [0.01, 1] (1 below MIN_LEVELS levels)."""
     known_noise = post.noise_var_at(torch.as_tensor(index)).numpy()  # standardised
     out = [1.0]
     for code in (1, 2, 3):
@@ -56,13 +56,16 @@ def _reference(post: MWGPPosterior, index: np.ndarray, ratings: np.ndarray, bias
             f = min(f, key=lambda f: (N_USERS, N_ITEMS)[f])
             d = excess - c * var_f
             per_level = np.array([d[index[:, f] == level].sum() for level in range((N_USERS, N_ITEMS)[f])])
-            c = min(1.0, max(0.01, c + 1.645 * np.sqrt((per_level ** 2).sum()) / var_f.sum()))
+            g = len(np.unique(index[:, f]))
+            bound = c + calibration.t_quantile_95(g - 1) * np.sqrt((per_level ** 2).sum() * g / (g - 1)) / var_f.sum()
+            c = 1.0 if g < calibration.MIN_LEVELS else min(1.0, max(0.01, bound))
         out.append(c)
     return out
 
 
 @pytest.mark.parametrize("noise", [3.0, 0.05], ids=["widened", "at-the-floor"])
-def test_scales_follow_the_written_out_leave_one_out_ratio(noise) -> None:
+def test_scales_follow_the_written_out_leave_one_out_ratio(noise, monkeypatch) -> None:
+    monkeypatch.setattr(calibration, "MIN_LEVELS", 2)  # (the toy posterior has 6 users and 5 items)
     post = _post(_het_module())
     index, ratings, bias_var = _training_data(0, noise)
     scales = cold_start_scales(post, index, ratings, _laplace(bias_var)).numpy()
@@ -75,10 +78,14 @@ def test_scales_follow_the_written_out_leave_one_out_ratio(noise) -> None:
         assert scales[3] == pytest.approx(calibration.MIN_SCALE)
 
 
-@pytest.mark.parametrize("share", [0.3, 0.6], ids=["narrowed", "bound-above-1"])
-def test_a_factor_below_one_is_its_upper_bound(share) -> None:
+@pytest.mark.parametrize("share", [0.3, 0.6, 0.3], ids=["narrowed", "bound-above-1", "too-few-levels"])
+def test_a_factor_below_one_is_its_upper_bound(share, monkeypatch, request) -> None:
     """Ratings of unseen items drawn with share x the pattern's latent variance (plus its noise): the factor is
-    the ratio's one-sided upper 95 % bound over the items as clusters, so above the estimate, and 1 at most."""
+    the ratio's one-sided upper 95 % bound over the items as clusters, so above the estimate, and 1 at most; with
+    fewer items than MIN_LEVELS (the toy posterior's 5 against 10) it stays 1."""
+    few = request.node.callspec.id == "too-few-levels"
+    if not few:
+        monkeypatch.setattr(calibration, "MIN_LEVELS", 2)
     post = _post(_het_module())
     rng = np.random.default_rng(4)
     index = np.stack([rng.integers(0, N_USERS, 600), rng.integers(0, N_ITEMS, 600)], 1)
@@ -92,10 +99,17 @@ def test_a_factor_below_one_is_its_upper_bound(share) -> None:
     np.testing.assert_allclose(scales, _reference(post, index, ratings, bias_var), rtol=1e-10)
     excess = (ratings - mean) ** 2 - (var_y - var_f)
     estimate = excess.sum() / var_f.sum()
-    if share < 0.5:
+    if share < 0.5 and not few:
         assert estimate < scales[2] < 1.0
     else:
         assert estimate < 1.0 and scales[2] == 1.0
+
+
+def test_the_t_quantile_matches_scipy_from_nine_degrees_of_freedom() -> None:
+    from scipy import stats
+
+    for dof in (9, 10, 30, 100, 10 ** 4):
+        assert calibration.t_quantile_95(dof) == pytest.approx(stats.t.ppf(0.95, dof), abs=1e-4)
 
 
 def test_a_calibrated_posterior_scales_the_latent_variance_of_unseen_patterns_only() -> None:
