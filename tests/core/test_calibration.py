@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import mogp_surprise.core.calibration as calibration
+import mogp_surprise.core.validation as validation
 from mogp_surprise.core import MWGPConfig, fit_mwgp
 from mogp_surprise.core.calibration import cold_start_scales
 from mogp_surprise.core.rows import distinct_index_rows as _distinct_rows
@@ -58,24 +59,38 @@ def _reference(post: MWGPPosterior, index: np.ndarray, ratings: np.ndarray, bias
             per_level = np.array([d[index[:, f] == level].sum() for level in range((N_USERS, N_ITEMS)[f])])
             g = len(np.unique(index[:, f]))
             bound = c + calibration.t_quantile_95(g - 1) * np.sqrt((per_level ** 2).sum() * g / (g - 1)) / var_f.sum()
-            c = 1.0 if g < calibration.MIN_LEVELS else min(1.0, max(0.01, bound))
+            c = 1.0 if g < calibration.MIN_LEVELS else min(1.0, max(0.01, bound, _likelihood_optimum(
+                resid ** 2, var_y - var_f, var_f)))
         out.append(c)
     return out
 
 
-@pytest.mark.parametrize("noise", [3.0, 0.05], ids=["widened", "at-the-floor"])
+def _likelihood_optimum(squared, noise, var) -> float:
+    """argmax over c in [1/32, 32] of sum log N(e | 0, noise + c var), by scipy's bounded search on log c."""
+    from scipy.optimize import minimize_scalar
+
+    def nll(log_c):
+        total = noise + np.exp(log_c) * var
+        return float((np.log(total) + squared / total).sum())
+
+    bound = np.log(validation.SCALE_BOUND)
+    return float(np.exp(minimize_scalar(nll, bounds=(-bound, bound), method="bounded",
+                                        options={"xatol": 1e-12}).x))
+
+
+@pytest.mark.parametrize("noise", [3.0, 0.05], ids=["widened", "narrowest"])
 def test_scales_follow_the_written_out_leave_one_out_ratio(noise, monkeypatch) -> None:
     monkeypatch.setattr(calibration, "MIN_LEVELS", 2)  # (the toy posterior has 6 users and 5 items)
     post = _post(_het_module())
     index, ratings, bias_var = _training_data(0, noise)
     scales = cold_start_scales(post, index, ratings, _laplace(bias_var)).numpy()
     want = _reference(post, index, ratings, bias_var)
-    np.testing.assert_allclose(scales, want, rtol=1e-10)
+    np.testing.assert_allclose(scales, want, rtol=1e-6)  # (scipy's bounded search stops within 1e-7)
     assert scales[0] == 1.0
     if noise > 1:
         assert (scales[1:] > 1.5).all()  # ratings far from every population mean: wider
-    else:  # ratings closer to both levels' population than its noise alone allows: the smallest factor
-        assert scales[3] == pytest.approx(calibration.MIN_SCALE)
+    else:  # ratings closer to both levels' population than its noise alone allows: the likelihood's smallest factor
+        assert scales[3] == pytest.approx(1 / validation.SCALE_BOUND)
 
 
 @pytest.mark.parametrize("share", [0.3, 0.6, 0.3], ids=["narrowed", "bound-above-1", "too-few-levels"])
@@ -103,6 +118,30 @@ def test_a_factor_below_one_is_its_upper_bound(share, monkeypatch, request) -> N
         assert estimate < scales[2] < 1.0
     else:
         assert estimate < 1.0 and scales[2] == 1.0
+
+
+def test_ratings_whose_noise_is_overestimated_do_not_narrow_the_others(monkeypatch) -> None:
+    """Half the users' ratings err by half their predicted noise (over-estimated), the rest by their noise plus
+    0.8 x the latent variance: the moment ratio, every rating weighed alike, comes out below 0, but the factor is
+    the likelihood's optimum of noise + c var, which weighs each rating by its precision (one user with two thirds
+    of the ratings: his unseen items' intervals covered 0.64 with the moment bound, 0.98 with it)."""
+    monkeypatch.setattr(calibration, "MIN_LEVELS", 2)
+    post = _post(_het_module())
+    rng = np.random.default_rng(4)
+    index = np.stack([rng.integers(0, N_USERS, 600), rng.integers(0, N_ITEMS, 600)], 1)
+    pattern = index.copy()
+    pattern[:, 1] = -1
+    mean, var_y = post.predict(pattern)
+    _, var_f = post.predict(pattern, include_noise=False)
+    noise = var_y - var_f
+    loud = np.isin(index[:, 0], [0, 3, 5])  # the users with the largest noise (17-22 against 7-14)
+    ratings = mean + rng.normal(size=600) * np.where(loud, np.sqrt(0.5 * noise), np.sqrt(noise + 0.8 * var_f))
+    bias_var = [torch.zeros(N_USERS, dtype=torch.float64), torch.zeros(N_ITEMS, dtype=torch.float64)]
+    scales = cold_start_scales(post, index, ratings, _laplace(bias_var)).numpy()
+    np.testing.assert_allclose(scales, _reference(post, index, ratings, bias_var), rtol=1e-6)
+    assert ((ratings - mean) ** 2 - noise).sum() < 0
+    assert scales[2] == pytest.approx(_likelihood_optimum((ratings - mean) ** 2, noise, var_f), rel=1e-6)
+    assert 0.3 < scales[2] < 1.0
 
 
 def test_the_t_quantile_matches_scipy_from_nine_degrees_of_freedom() -> None:
