@@ -93,6 +93,21 @@ def test_scales_follow_the_written_out_leave_one_out_ratio(noise, monkeypatch) -
         assert scales[3] == pytest.approx(1 / validation.SCALE_BOUND)
 
 
+NO_BIAS_VAR = [torch.zeros(N_USERS, dtype=torch.float64), torch.zeros(N_ITEMS, dtype=torch.float64)]
+
+
+def _unseen_items(seed: int):
+    """The toy posterior, 600 training tuples, and their means, noise and latent variances with the item unseen."""
+    post = _post(_het_module())
+    rng = np.random.default_rng(seed)
+    index = np.stack([rng.integers(0, N_USERS, 600), rng.integers(0, N_ITEMS, 600)], 1)
+    pattern = index.copy()
+    pattern[:, 1] = -1
+    mean, var_y = post.predict(pattern)
+    _, var_f = post.predict(pattern, include_noise=False)
+    return post, index, mean, var_y - var_f, var_f, rng
+
+
 @pytest.mark.parametrize("share", [0.3, 0.6, 0.3], ids=["narrowed", "bound-above-1", "too-few-levels"])
 def test_a_factor_below_one_is_its_upper_bound(share, monkeypatch, request) -> None:
     """Ratings of unseen items drawn with share x the pattern's latent variance (plus its noise): the factor is
@@ -101,19 +116,11 @@ def test_a_factor_below_one_is_its_upper_bound(share, monkeypatch, request) -> N
     few = request.node.callspec.id == "too-few-levels"
     if not few:
         monkeypatch.setattr(calibration, "MIN_LEVELS", 2)
-    post = _post(_het_module())
-    rng = np.random.default_rng(4)
-    index = np.stack([rng.integers(0, N_USERS, 600), rng.integers(0, N_ITEMS, 600)], 1)
-    pattern = index.copy()
-    pattern[:, 1] = -1
-    mean, var_y = post.predict(pattern)
-    _, var_f = post.predict(pattern, include_noise=False)
-    ratings = mean + rng.normal(size=600) * np.sqrt(var_y - var_f + share * var_f)
-    bias_var = [torch.zeros(N_USERS, dtype=torch.float64), torch.zeros(N_ITEMS, dtype=torch.float64)]
-    scales = cold_start_scales(post, index, ratings, _laplace(bias_var)).numpy()
-    np.testing.assert_allclose(scales, _reference(post, index, ratings, bias_var), rtol=1e-10)
-    excess = (ratings - mean) ** 2 - (var_y - var_f)
-    estimate = excess.sum() / var_f.sum()
+    post, index, mean, noise, var_f, rng = _unseen_items(4)
+    ratings = mean + rng.normal(size=600) * np.sqrt(noise + share * var_f)
+    scales = cold_start_scales(post, index, ratings, _laplace(NO_BIAS_VAR)).numpy()
+    np.testing.assert_allclose(scales, _reference(post, index, ratings, NO_BIAS_VAR), rtol=1e-10)
+    estimate = ((ratings - mean) ** 2 - noise).sum() / var_f.sum()
     if share < 0.5 and not few:
         assert estimate < scales[2] < 1.0
     else:
@@ -126,19 +133,11 @@ def test_ratings_whose_noise_is_overestimated_do_not_narrow_the_others(monkeypat
     the likelihood's optimum of noise + c var, which weighs each rating by its precision (one user with two thirds
     of the ratings: his unseen items' intervals covered 0.64 with the moment bound, 0.98 with it)."""
     monkeypatch.setattr(calibration, "MIN_LEVELS", 2)
-    post = _post(_het_module())
-    rng = np.random.default_rng(4)
-    index = np.stack([rng.integers(0, N_USERS, 600), rng.integers(0, N_ITEMS, 600)], 1)
-    pattern = index.copy()
-    pattern[:, 1] = -1
-    mean, var_y = post.predict(pattern)
-    _, var_f = post.predict(pattern, include_noise=False)
-    noise = var_y - var_f
+    post, index, mean, noise, var_f, rng = _unseen_items(4)
     loud = np.isin(index[:, 0], [0, 3, 5])  # the users with the largest noise (17-22 against 7-14)
     ratings = mean + rng.normal(size=600) * np.where(loud, np.sqrt(0.5 * noise), np.sqrt(noise + 0.8 * var_f))
-    bias_var = [torch.zeros(N_USERS, dtype=torch.float64), torch.zeros(N_ITEMS, dtype=torch.float64)]
-    scales = cold_start_scales(post, index, ratings, _laplace(bias_var)).numpy()
-    np.testing.assert_allclose(scales, _reference(post, index, ratings, bias_var), rtol=1e-6)
+    scales = cold_start_scales(post, index, ratings, _laplace(NO_BIAS_VAR)).numpy()
+    np.testing.assert_allclose(scales, _reference(post, index, ratings, NO_BIAS_VAR), rtol=1e-6)
     assert ((ratings - mean) ** 2 - noise).sum() < 0
     assert scales[2] == pytest.approx(_likelihood_optimum((ratings - mean) ** 2, noise, var_f), rel=1e-6)
     assert 0.3 < scales[2] < 1.0
