@@ -17,7 +17,7 @@ rating been left out of training (leave-one-out). The estimate is still made on 
 it may only narrow (c < 1) where the training ratings show that clearly: then c is its one-sided upper 95 % bound
 (Student's t quantile over the levels of the unseen factor, the ratings of one level counted as one draw, since
 they share that level's effect; from ``MIN_LEVELS`` levels), and no narrower than the c that maximises the
-likelihood sum_n log N(e_n | 0, E[sigma_n^2] + c Var[f_n]), at least ``MIN_SCALE``, at most 1. The ratio weighs
+likelihood sum_n log N(e_n | 0, E[sigma_n^2] + c Var[f_n]) (searched within [1/32, 32]), at most 1. The ratio weighs
 every rating alike, so ratings whose noise is over-estimated pull it down for all: with one user holding two
 thirds of the ratings (light users' noise far too wide), the ratio fell below 0 and that user's unseen items'
 intervals covered 0.64; the likelihood weighs each rating by its precision (0.98). Where every item had one
@@ -52,8 +52,6 @@ NARROWING_Z = 1.6448536269514722
 #: the fewest levels of the unseen factor among the training ratings that a factor below 1 is estimated on (the
 #: bound's variance is a sum over them: with one user, the only level, it is 0); with fewer the factor stays 1
 MIN_LEVELS = 10
-#: the smallest factor (the training ratings may leave no room for a latent variance at all)
-MIN_SCALE = 0.01
 
 
 @torch.no_grad()
@@ -135,7 +133,7 @@ def cold_start_scales(post: Any, index: np.ndarray, ratings: np.ndarray, laplace
             f = min(unseen, key=lambda f: post.n_levels[f])
             bound = _upper_bound(ratio, excess, var_n, idx[:, f], post.n_levels[f])
             # and no narrower than the likelihood's optimum of noise + c var (the noise scale's search, roles swapped)
-            ratio = min(1.0, max(MIN_SCALE, bound, noise_scale(resid * resid, noise_n, var_n)))
+            ratio = min(1.0, max(bound, noise_scale(resid * resid, noise_n, var_n)))
         scales[pattern] = ratio
     return scales
 

@@ -36,7 +36,8 @@ def _laplace(bias_var: list[torch.Tensor]) -> dict:
 def _reference(post: MWGPPosterior, index: np.ndarray, ratings: np.ndarray, bias_var) -> list[float]:
     """c = (sum (e / (1 - h))^2 - sum noise) / sum Var f per pattern, from ``predict`` alone; below 1 its upper
     bound c + t_95(G - 1) sqrt(G / (G - 1) sum over the G levels of the unseen factor of (sum of their d_n)^2) /
-    sum Var f with d_n = (e_n / (1 - h_n))^2 - noise_n - c Var f_n, within [0.01, 1] (1 below MIN_LEVELS levels)."""
+    sum Var f with d_n = (e_n / (1 - h_n))^2 - noise_n - c Var f_n, or the likelihood's optimum where that is larger,
+    at most 1 (1 below MIN_LEVELS levels)."""
     known_noise = post.noise_var_at(torch.as_tensor(index)).numpy()  # standardised
     out = [1.0]
     for code in (1, 2, 3):
@@ -59,7 +60,7 @@ def _reference(post: MWGPPosterior, index: np.ndarray, ratings: np.ndarray, bias
             per_level = np.array([d[index[:, f] == level].sum() for level in range((N_USERS, N_ITEMS)[f])])
             g = len(np.unique(index[:, f]))
             bound = c + calibration.t_quantile_95(g - 1) * np.sqrt((per_level ** 2).sum() * g / (g - 1)) / var_f.sum()
-            c = 1.0 if g < calibration.MIN_LEVELS else min(1.0, max(0.01, bound, _likelihood_optimum(
+            c = 1.0 if g < calibration.MIN_LEVELS else min(1.0, max(bound, _likelihood_optimum(
                 resid ** 2, var_y - var_f, var_f)))
         out.append(c)
     return out
