@@ -111,10 +111,10 @@ def test_known_rows_are_those_whose_every_level_has_training_ratings() -> None:
     assert validation.known_rows(held, kept).tolist() == [True, False, False, True, False]
 
 
-@pytest.mark.parametrize("n_known", [60, 20], ids=["from-known-rows", "too-few-known-from-all"])
+@pytest.mark.parametrize("n_known", [60, 20], ids=["from-known-rows", "too-few-known-none"])
 def test_the_noise_scale_is_read_from_held_out_ratings_of_known_levels(monkeypatch, n_known) -> None:
     """Held-out ratings of unseen levels carry the population's wide latent variance, which the cold-start
-    calibration sets later: the scale comes from the other rows where there are SCALE_MIN_KNOWN of them."""
+    calibration sets later: the scale comes from the other rows, and is 1 with fewer than SCALE_MIN_KNOWN."""
     from tests.core._modules import module
 
     torch.manual_seed(0)
@@ -128,8 +128,10 @@ def test_the_noise_scale_is_read_from_held_out_ratings_of_known_levels(monkeypat
     monkeypatch.setattr(validation, "noise_scale", lambda *a: seen.append(a) or original(*a))
     _, everything = validation.validation_scores(mod, index, y, 1e-5, 64, with_scale=True)
     _, chosen = validation.validation_scores(mod, index, y, 1e-5, 64, with_scale=True, known=known)
-    rows = known if n_known >= validation.SCALE_MIN_KNOWN else torch.ones(200, dtype=torch.bool)
+    assert everything != 1.0
+    if n_known < validation.SCALE_MIN_KNOWN:
+        assert chosen == 1.0 and len(seen) == 1  # not searched
+        return
     for got, want in zip(seen[1], seen[0]):
-        torch.testing.assert_close(got, want[rows])
-    assert chosen == original(*(a[rows] for a in seen[0]))
-    assert (chosen != everything) == (n_known >= validation.SCALE_MIN_KNOWN)
+        torch.testing.assert_close(got, want[known])
+    assert chosen == original(*(a[known] for a in seen[0])) and chosen != everything
