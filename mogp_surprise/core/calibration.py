@@ -126,14 +126,14 @@ def cold_start_scales(post: Any, index: np.ndarray, ratings: np.ndarray, laplace
         var = var / state.cold_scale[pattern]
         leverage = sum((leverage_of[f] for f in range(n_factors) if f not in unseen), torch.zeros_like(y))
         resid = ((y - mean[inverse_t]) / (1.0 - leverage.clamp(0.0, MAX_LEVERAGE))).double()
-        noise_n, var_n = pattern_noise[inverse_t].double(), var[inverse_t].double()
-        excess = resid * resid - noise_n
+        squared, noise_n, var_n = resid * resid, pattern_noise[inverse_t].double(), var[inverse_t].double()
+        excess = squared - noise_n
         ratio = float(excess.sum() / var_n.sum())
         if ratio < 1.0:  # clusters: the levels of the unseen factor with the fewest levels
             f = min(unseen, key=lambda f: post.n_levels[f])
             bound = _upper_bound(ratio, excess, var_n, idx[:, f], post.n_levels[f])
             # and no narrower than the likelihood's optimum of noise + c var (the noise scale's search, roles swapped)
-            ratio = min(1.0, max(bound, noise_scale(resid * resid, noise_n, var_n)))
+            ratio = min(1.0, max(bound, noise_scale(squared, noise_n, var_n)))
         scales[pattern] = ratio
     return scales
 
@@ -142,11 +142,11 @@ def _upper_bound(ratio: float, excess: Tensor, var: Tensor, cluster: Tensor, n_c
     """The one-sided upper 95 % bound of the ratio sum(excess) / sum(var) with the rows of one cluster (one level)
     as one draw: the sandwich variance of the ratio estimator over the G clusters present, times G / (G - 1), and
     Student's t quantile on G - 1 degrees of freedom; infinite below ``MIN_LEVELS`` clusters."""
-    per_row = excess - ratio * var
-    per_level = torch.zeros(n_clusters, dtype=per_row.dtype, device=per_row.device).index_add_(0, cluster, per_row)
     g = int(torch.unique(cluster).numel())
     if g < MIN_LEVELS:
         return math.inf
+    per_row = excess - ratio * var
+    per_level = torch.zeros(n_clusters, dtype=per_row.dtype, device=per_row.device).index_add_(0, cluster, per_row)
     return ratio + t_quantile_95(g - 1) * math.sqrt(float(per_level.square().sum()) * g / (g - 1)) / float(var.sum())
 
 

@@ -175,9 +175,10 @@ def _search(idx_t: torch.Tensor, y_t: torch.Tensor, common: dict, tried: list, r
     config, gen, n = common["config"], common["gen"], idx_t.shape[0]
     n_val = min(n - 1, max(1, int(round(config.validation_fraction * n))))  # >= 1 rating on each side
     held, kept = validation_split(idx_t, n_val, gen)
+    validation = (idx_t[held], y_t[held], known_rows(idx_t[held], idx_t[kept]))  # the same for every setting
     for setting in config.search_space(n)[len(tried):]:
         run = _train(idx_t[kept], y_t[kept], **{**common, "config": config.replace(**setting)},
-                     validation=(idx_t[held], y_t[held], known_rows(idx_t[held], idx_t[kept])), resumed=resumed,
+                     validation=validation, resumed=resumed,
                      phase={"phase": "choose", "tried": [list(t) for t in tried]})
         resumed = None
         tried.append([setting, run.validation, run.scales])

@@ -69,6 +69,8 @@ def validation_scores(module: MWGPModule, index: Tensor, y: Tensor, jitter: floa
     (:meth:`~.gp.SparseGP.fitted`): its variance s + k^T M k is a small difference of large sums, which in float32
     came out below 0 for some ratings (generated 20-100 data: -0.02 against a mean of 0.003), and the noise
     scale searched on them was then the smallest that made every variance positive (7.4 instead of 0.40)."""
+    if known is not None and int(known.sum()) < SCALE_MIN_KNOWN:  # no evidence on known pairs: the fit's own noise
+        with_scale, known = False, None
     gp = module.gp.fitted(jitter)
     tables = module.effective_tables()
     errors, latent, noise = [], [], []
@@ -88,8 +90,6 @@ def validation_scores(module: MWGPModule, index: Tensor, y: Tensor, jitter: floa
         return rmse, 1.0
     latent_n, noise_n = torch.cat(latent), torch.cat(noise)
     if known is not None:
-        if int(known.sum()) < SCALE_MIN_KNOWN:  # no evidence on known pairs: the fit's own noise
-            return rmse, 1.0
         squared, latent_n, noise_n = squared[known], latent_n[known], noise_n[known]
     return rmse, noise_scale(squared, latent_n, noise_n)
 
