@@ -255,14 +255,17 @@ class MWGPModule(nn.Module):
         return parts
 
     @torch.no_grad()
-    def scale_noise(self, factor: float) -> None:
-        """Multiply sigma^2 by ``factor`` (the noise offsets stay relative to it). The variance tables stay as
-        trained: early stopping chose ``factor`` for sigma^2 beside the latent variances that training left
-        (:func:`~.validation.noise_scale`), and setting them again under the scaled noise shrank them as well
-        (generated 20-100 ratings: c = 0.33 shrank the test ratings' latent variance 0.011 -> 0.004, and 90 %
-        coverage fell to 0.84)."""
+    def scale_noise(self, factor: float, shrink: float = 1.0) -> None:
+        """Multiply sigma^2 by ``factor`` and the log-noise offsets by ``shrink``
+        (:meth:`~.terms.Term.shrink_log_noise`). The variance tables stay as trained: early stopping chose both beside
+        the latent variances that training left (:func:`~.validation.noise_calibration`), and setting them again
+        under the scaled noise shrank them as well (generated 20-100 ratings: c = 0.33 shrank the test ratings'
+        latent variance 0.011 -> 0.004, and 90 % coverage fell to 0.84)."""
         target = (self.noise_variance() * factor - MIN_NOISE).clamp_min(1e-3 * MIN_NOISE)
         self.raw_noise.copy_(softplus_inverse(target))
+        if shrink != 1.0:
+            for term in self.terms:
+                term.shrink_log_noise(shrink)
 
     @property
     def variational(self) -> bool:

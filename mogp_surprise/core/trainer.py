@@ -25,7 +25,8 @@ from .objective import elbo, log_prior
 from .optim import TrainingOptimizer, implicit_update_interval, uses_sparse_rows
 from .posterior import MWGPPosterior
 from .rows import Batch, distinct_index_rows
-from .validation import calibrates_noise, known_rows, validation_scores
+from .validation import (HeldOutNoise, calibrates_noise, known_rows, noise_calibration, recorded_calibration,
+                         run_calibration, validation_scores)
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +50,8 @@ class FitResult:
     searched: list[tuple[dict[str, float], list[float]]] = field(default_factory=list)
     # with early stopping: the factor on the final fit's noise, the chosen run's at its best epoch (core/validation.py)
     noise_scale: float = 1.0
+    # and the factor on its log-noise offsets (core/validation.py: noise_calibration)
+    noise_shrink: float = 1.0
 
 
 def validate_training_data(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...]) -> None:
@@ -134,13 +137,13 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
 
     validation: list[float] = []
     stop_after = config.n_epochs
-    chosen, scale = config.search_space(n)[0], 1.0
-    # [setting, validation curve, noise scales] of each run of early stopping's search (checkpointed with the
-    # running one; a checkpoint written before the noise scale has no scales)
+    chosen, scale = config.search_space(n)[0], (1.0, 1.0)
+    # [setting, validation curve, noise calibration] of each run of early stopping's search (checkpointed with the
+    # running one; core/validation.py: run_calibration)
     tried = [] if resumed is None else [[dict(t[0]), *map(list, t[1:])] for t in resumed.get("tried", [])]
     if resumed is not None and resumed["phase"] == "final":  # the epochs and settings were chosen before the break
         validation, stop_after = list(resumed["validation"]), int(resumed["stop_after"])
-        chosen, scale = dict(resumed.get("chosen", chosen)), float(resumed.get("noise_scale", 1.0))
+        chosen, scale = dict(resumed.get("chosen", chosen)), recorded_calibration(resumed.get("noise_scale", 1.0))
     elif config.uses_early_stopping(n):
         chosen, validation, tried, scale = _search(idx_t, y_t, common, tried, resumed)
         resumed = None
@@ -149,8 +152,8 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
                  resumed=resumed, phase={"phase": "final", "stop_after": stop_after, "validation": validation,
                                          "chosen": chosen, "tried": tried, "noise_scale": scale})
     module = run.module
-    if scale != 1.0:  # the noise the held-out ratings called for (core/validation.py), before the variances
-        module.scale_noise(scale)
+    if scale != (1.0, 1.0):  # the noise the held-out ratings called for (core/validation.py), before the variances
+        module.scale_noise(*scale)
     laplace = laplace_variances(module, idx_t.to(device), config.jitter, config.chunk_size, training=True)
     posterior = MWGPPosterior.from_module(module, rating_mean, rating_std, config.jitter, config.chunk_size,
                                           laplace=laplace, embedding_uncertainty=config.embedding_uncertainty)
@@ -162,7 +165,8 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
     logger.info("MW-GP fitted on %d ratings in %.1f s (final loss %.4f)", n, elapsed, run.history[-1])
     return FitResult(posterior=posterior, loss_history=run.history, epoch_times=run.epoch_times,
                      fit_time=elapsed, n_data=n, validation_rmse=validation, n_epochs=stop_after,
-                     chosen=dict(chosen), searched=[(dict(t[0]), list(t[1])) for t in tried], noise_scale=scale)
+                     chosen=dict(chosen), searched=[(dict(t[0]), list(t[1])) for t in tried], noise_scale=scale[0],
+                     noise_shrink=scale[1])
 
 
 def _search(idx_t: torch.Tensor, y_t: torch.Tensor, common: dict, tried: list, resumed: dict | None):
@@ -171,7 +175,7 @@ def _search(idx_t: torch.Tensor, y_t: torch.Tensor, common: dict, tried: list, r
     whole schedule; the final run then trains on every rating with the best setting and the same schedule,
     stopped after its best epoch (measured on 10 % samples of ML-100K: RMSE 1.0028 vs 1.0078 when the schedule
     is compressed into the chosen epochs). ``tried``: the runs that a resumed fit finished before. Returns
-    (setting, its validation curve, every run's [setting, curve, noise scales], the chosen epoch's noise scale)."""
+    (setting, its validation curve, every run's [setting, curve, noise calibration], the chosen run's (c, lambda))."""
     config, gen, n = common["config"], common["gen"], idx_t.shape[0]
     n_val = min(n - 1, max(1, int(round(config.validation_fraction * n))))  # >= 1 rating on each side
     held, kept = validation_split(idx_t, n_val, gen)
@@ -181,11 +185,9 @@ def _search(idx_t: torch.Tensor, y_t: torch.Tensor, common: dict, tried: list, r
                      validation=validation, resumed=resumed,
                      phase={"phase": "choose", "tried": [list(t) for t in tried]})
         resumed = None
-        tried.append([setting, run.validation, run.scales])
+        tried.append([setting, run.validation, {"c": run.calibration[0], "shrink": run.calibration[1]}])
     best = min(tried, key=lambda t: min(t[1]))  # the first (the config's own) on ties
-    # (a run finished by a release before the noise scale: none)
-    scale = best[2][int(np.argmin(best[1]))] if len(best) > 2 else 1.0
-    return dict(best[0]), best[1], tried, float(scale)
+    return dict(best[0]), best[1], tried, run_calibration(best)
 
 
 def validation_split(idx_t: torch.Tensor, n_val: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -218,7 +220,10 @@ class _Run:
     history: list[float]
     epoch_times: list[float]
     validation: list[float]  # RMSE of the predictive mean on the validation ratings after each epoch
-    scales: list[float] = field(default_factory=list)  # and the noise scale they call for (core/validation.py)
+    # what the noise calibration reads at the best epoch so far, and the calibration (c, lambda) it calls for once the
+    # run is done (core/validation.py)
+    noise_rows: HeldOutNoise | None = None
+    calibration: tuple[float, float] = (1.0, 1.0)
 
 
 def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], config: MWGPConfig,
@@ -328,12 +333,15 @@ def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], co
         bar.set_postfix(loss=f"{run.history[-1]:.4f}")
         logger.debug("epoch %d: negative ELBO per rating %.5f", epoch + 1, run.history[-1])
         if validation is not None:
-            rmse, scale = validation_scores(module, *validation[:2], config.jitter, config.chunk_size,
-                                            calibrates_noise(module), known=validation[2])
+            rmse, rows = validation_scores(module, *validation[:2], config.jitter, config.chunk_size,
+                                           calibrates_noise(module), known=validation[2])
+            if rows is not None and (not run.validation or rmse < min(run.validation)):  # the first best epoch's
+                run.noise_rows = rows
             run.validation.append(rmse)
-            run.scales.append(scale)
         if saver is not None and saver.checkpointing.due(epoch + 1, last):
             saver.save(phase, epoch + 1, module, optimizer, gen, order, run)
+    if run.noise_rows is not None:  # the noise the best epoch's held-out ratings call for
+        run.calibration = noise_calibration(*run.noise_rows)
     module.workspace = None
     module.sparse_rows = False
     module.unpack_tables()
@@ -368,7 +376,7 @@ class _Saver:
             "optimizer": optimizer.state_dict(),
             "generator": gen.get_state(), "order": order.cpu(), "history": list(run.history),
             "epoch_times": list(run.epoch_times), "validation_run": list(run.validation),
-            "scales_run": list(run.scales)})
+            "noise_rows_run": run.noise_rows and [t if t is None else t.cpu() for t in run.noise_rows]})
 
 
 def _restore(state: dict, module: MWGPModule, optimizer: TrainingOptimizer, gen: torch.Generator, run: _Run,
@@ -384,5 +392,8 @@ def _restore(state: dict, module: MWGPModule, optimizer: TrainingOptimizer, gen:
     run.history[:] = state["history"]
     run.epoch_times[:] = state["epoch_times"]
     run.validation[:] = state["validation_run"]
-    run.scales[:] = state.get("scales_run", [1.0] * len(run.validation))  # (written before the noise scale: none)
+    rows = state.get("noise_rows_run")
+    run.noise_rows = None if rows is None else HeldOutNoise(*rows)
+    if rows is None and state.get("scales_run"):  # a release that recorded c after every epoch
+        run.calibration = recorded_calibration(state["scales_run"][int(np.argmin(run.validation))])
     return int(state["epoch"])

@@ -43,6 +43,31 @@ def test_the_noise_scale_is_the_held_out_likelihoods_optimum() -> None:
         noise_scale(*(torch.as_tensor(a) for a in (squared, at_zero, noise)))
 
 
+def test_the_noise_calibration_recovers_the_scale_and_the_offsets_shrinkage() -> None:
+    """Errors drawn with variance c0 sigma^2 exp(lambda0 s + lambda0^2 v / 2) + latent: the search finds (c0,
+    lambda0) to within sampling error, no worse in likelihood than a brute-force grid over both; without log-noise
+    offsets lambda is 1 and c the one-dimensional noise scale."""
+    rng = np.random.default_rng(1)
+    n, c0, lam0, base = 20000, 2.0, 0.4, 0.5
+    offset, offset_var = rng.normal(0.0, 1.0, n), np.full(n, 0.05)
+    latent = rng.uniform(0.0, 0.3, n)
+    noise0 = c0 * base * np.exp(lam0 * offset + 0.5 * lam0 ** 2 * offset_var)
+    squared = (noise0 + latent) * rng.chisquare(1, n)
+    args = [torch.as_tensor(a) for a in (squared, latent, base, offset, offset_var)]
+    c, lam = validation.noise_calibration(*args)
+    assert lam == pytest.approx(lam0, abs=0.051) and c == pytest.approx(c0, rel=0.05)
+
+    def nll(c, lam):
+        return _nll(c, squared, latent, base * np.exp(lam * offset + 0.5 * lam ** 2 * offset_var))
+    grid = min(nll(cc, ll) for cc in np.exp(np.linspace(-1.0, 2.0, 151)) for ll in validation.SHRINKS.numpy())
+    assert nll(c, lam) <= grid + 1e-6 * abs(grid)
+    assert nll(c, lam) < nll(validation.noise_calibration(*args[:3], None, None)[0], 1.0) - 100
+    plain = validation.noise_calibration(*args[:3], None, None)
+    assert plain[1] == 1.0
+    alone = noise_scale(args[0], args[1], torch.full((n,), base, dtype=torch.float64))
+    assert plain[0] == pytest.approx(alone, rel=1e-6)
+
+
 def _data(seed: int = 3):
     rng = np.random.default_rng(seed)
     n, levels = 3000, (60, 40)
@@ -52,29 +77,43 @@ def _data(seed: int = 3):
     return index, y, levels
 
 
-def test_a_variational_fit_scales_its_noise_by_the_chosen_runs_scale(monkeypatch) -> None:
-    """With early stopping and the variational factors the final fit's noise is the uncalibrated fit's times
-    ``noise_scale`` (the same fit otherwise: calibration switched off gives the unscaled noise), and the scale is
-    the one recorded at the chosen epoch; MAP factors keep their noise (scale 1)."""
+def test_a_variational_fit_calibrates_its_noise_on_the_chosen_runs_best_epoch(monkeypatch) -> None:
+    """With early stopping and the variational factors the final fit's sigma^2 is the uncalibrated fit's times c
+    and its log-noise offsets the uncalibrated ones times lambda (the same fit otherwise: calibration switched off
+    gives the plain noise), (c, lambda) searched once per run on the held-out rows of its first best epoch; MAP
+    factors keep their noise (1, 1)."""
     index, y, levels = _data()
     cfg = MWGPConfig(n_inducing=16, n_epochs=6, random_state=0, mf_posterior="variational", mf_reg=25.0,
                      early_stopping=True, batch_size=512)  # (a given batch: one setting searched)
-    recorded = []
-    original = validation.noise_scale
-    monkeypatch.setattr(validation, "noise_scale", lambda *a: recorded.append(original(*a)) or recorded[-1])
+    epochs, searched = [], []
+    scores, calibration = validation.validation_scores, validation.noise_calibration
+    monkeypatch.setattr("mogp_surprise.core.trainer.validation_scores",
+                        lambda *a, **k: epochs.append(scores(*a, **k)) or epochs[-1])
+    monkeypatch.setattr("mogp_surprise.core.trainer.noise_calibration",
+                        lambda *a: searched.append((a, calibration(*a))) or searched[-1][1])
     calibrated = fit_mwgp(index, y, levels, cfg)
-    assert len(recorded) == cfg.n_epochs  # one scale per epoch of the one run searched
-    assert calibrated.noise_scale == recorded[calibrated.n_epochs - 1] and calibrated.noise_scale != 1.0
+    assert len(epochs) == cfg.n_epochs and len(searched) == 1  # one search, for the one run
+    rmse = [e[0] for e in epochs]
+    best = epochs[rmse.index(min(rmse))][1]
+    assert calibrated.n_epochs == rmse.index(min(rmse)) + 1
+    assert all(a is b for a, b in zip(searched[0][0], best))
+    assert (calibrated.noise_scale, calibrated.noise_shrink) == searched[0][1]
+    assert calibrated.noise_scale != 1.0 and calibrated.noise_shrink != 1.0
     monkeypatch.setattr("mogp_surprise.core.trainer.calibrates_noise", lambda module: False)
     plain = fit_mwgp(index, y, levels, cfg)
-    assert plain.noise_scale == 1.0 and plain.n_epochs == calibrated.n_epochs
+    assert (plain.noise_scale, plain.noise_shrink) == (1.0, 1.0) and plain.n_epochs == calibrated.n_epochs
     ratio = float(calibrated.posterior.state.noise_variance / plain.posterior.state.noise_variance)
     assert ratio == pytest.approx(calibrated.noise_scale, rel=1e-4)
+    for name in ("offset_0", "offset_1"):
+        got, want = (fit.posterior.state.term("noise_offset").tables[name].values for fit in (calibrated, plain))
+        lam = calibrated.noise_shrink
+        torch.testing.assert_close(got[:, 0], lam * want[:, 0], rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(got[:, 1], want[:, 1] + 2 * np.log(lam), rtol=1e-5, atol=1e-5)
     laplace = fit_mwgp(index, y, levels, cfg.replace(mf_posterior="laplace", mf_reg=50.0))
-    assert laplace.noise_scale == 1.0
+    assert (laplace.noise_scale, laplace.noise_shrink) == (1.0, 1.0)
 
 
-def test_the_held_out_latent_variance_is_formed_in_float64(monkeypatch) -> None:
+def test_the_held_out_latent_variance_is_formed_in_float64() -> None:
     """Validation forms the GP's variance s + k^T M k as the fitted posterior does, in float64: with inducing
     points at the inputs, long lengthscales and a narrow q(v), the float32 product cancels to below 0 (here
     -0.002 for a variance of 5e-4), and the noise scale searched on it was the smallest that made it positive."""
@@ -96,13 +135,9 @@ def test_the_held_out_latent_variance_is_formed_in_float64(monkeypatch) -> None:
     r = mod.gp.input_width
     want = mod.gp.fitted(1e-5).moments([Rows(x[:, :r].double()), Rows(x[:, r:].double())], [])[1]
     assert float(want.min()) > 0
-    seen = []
-    original = validation.noise_scale
-    monkeypatch.setattr(validation, "noise_scale", lambda *a: seen.append(a) or original(*a))
     y = torch.randn(400) * 0.1
-    validation.validation_scores(mod, index, y, 1e-5, 128, with_scale=True)
-    latent = torch.cat([a[1] for a in seen])
-    torch.testing.assert_close(latent, want, rtol=1e-6, atol=1e-12)
+    rows = validation.validation_scores(mod, index, y, 1e-5, 128, with_scale=True)[1]
+    torch.testing.assert_close(rows.latent, want, rtol=1e-6, atol=1e-12)
 
 
 def test_known_rows_are_those_whose_every_level_has_training_ratings() -> None:
@@ -112,7 +147,7 @@ def test_known_rows_are_those_whose_every_level_has_training_ratings() -> None:
 
 
 @pytest.mark.parametrize("n_known", [60, 20], ids=["from-known-rows", "too-few-known-none"])
-def test_the_noise_scale_is_read_from_held_out_ratings_of_known_levels(monkeypatch, n_known) -> None:
+def test_the_noise_scale_is_read_from_held_out_ratings_of_known_levels(n_known) -> None:
     """Held-out ratings of unseen levels carry the population's wide latent variance, which the cold-start
     calibration sets later: the scale comes from the other rows, and is 1 with fewer than SCALE_MIN_KNOWN."""
     from tests.core._modules import module
@@ -123,15 +158,14 @@ def test_the_noise_scale_is_read_from_held_out_ratings_of_known_levels(monkeypat
     y = torch.randn(200)
     known = torch.zeros(200, dtype=torch.bool)
     known[torch.randperm(200)[:n_known]] = True
-    seen = []
-    original = validation.noise_scale
-    monkeypatch.setattr(validation, "noise_scale", lambda *a: seen.append(a) or original(*a))
     _, everything = validation.validation_scores(mod, index, y, 1e-5, 64, with_scale=True)
     _, chosen = validation.validation_scores(mod, index, y, 1e-5, 64, with_scale=True, known=known)
-    assert everything != 1.0
+    assert everything.squared.shape == (200,)
     if n_known < validation.SCALE_MIN_KNOWN:
-        assert chosen == 1.0 and len(seen) == 1  # not searched
+        assert chosen is None  # the fit keeps its noise
         return
-    for got, want in zip(seen[1], seen[0]):
-        torch.testing.assert_close(got, want[known])
-    assert chosen == original(*(a[known] for a in seen[0])) and chosen != everything
+    for got, want in zip(chosen, everything):
+        if want is None:  # (no log-noise offsets in this module)
+            assert got is None
+            continue
+        torch.testing.assert_close(got, want if want.dim() == 0 else want[known])

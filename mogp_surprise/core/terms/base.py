@@ -256,6 +256,12 @@ class Term(nn.Module):
     def update_variances(self, statistics: dict[str, Tensor]) -> None:
         """Set the variance tables to their optimum from the summed :meth:`variance_statistics`."""
 
+    @torch.no_grad()
+    def shrink_log_noise(self, factor: float) -> None:
+        """A term that adds log-noise offsets (:meth:`RatingParts.add_log_noise`) multiplies them by ``factor`` > 0:
+        their means by it, their variances by its square (early stopping's noise calibration,
+        :func:`~..validation.noise_calibration`). Default: no offsets."""
+
     def row_update(self, spec: Table, n_data: int, total_steps: int) -> Any:
         """How the row-sparse path updates this table: None for lazy Adam with the table's Gaussian prior as
         lazy decay (the default); a term whose :meth:`penalty` touches the table's rows returns an object

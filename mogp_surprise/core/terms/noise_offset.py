@@ -81,6 +81,16 @@ class NoiseOffset(Term):
             table[:, 1] = math.log(INIT_OFFSET_VAR)
         self.prior_logvar.fill_(math.log(INIT_PRIOR_VAR))
 
+    @torch.no_grad()
+    def shrink_log_noise(self, factor: float) -> None:
+        """s -> factor s for every level: q(s)'s mean times ``factor``, its variance and the prior's tau times its
+        square."""
+        for f in range(len(self.n_levels)):
+            table = self.table(f"offset_{f}")
+            table[:, 0] *= factor
+            table[:, 1] += 2.0 * math.log(factor)
+        self.prior_logvar += 2.0 * math.log(factor)
+
     def penalty(self) -> Tensor:
         out = self.prior_logvar.new_zeros(())
         for f in range(len(self.n_levels)):
