@@ -4,8 +4,8 @@ and the kernel.
 - every term draws its random starting values first (in term order), then sets those it takes from the
   data (the biases' empirical-Bayes least squares, the GP inputs' PCA of the rating matrix with
   ``init="pca"``);
-- inducing points: the GP inputs of m training ratings drawn at random (with a little noise, so that
-  K_mm is well conditioned);
+- inducing points: the GP inputs of m training ratings drawn at random, no level in more than m / 32 of them
+  (:func:`inducing_rows`), with a little noise, so that K_mm is well conditioned;
 - lengthscales: INIT_SCALE * sqrt(F r), so that typical kernel values are not vanishing.
 """
 from __future__ import annotations
@@ -19,6 +19,9 @@ from torch import Tensor
 
 #: standard deviation of every embedding entry at initialisation
 INIT_SCALE = 0.5
+#: the inducing points' rows are chosen among the first SPREAD_SCAN * m of a random order, with a level in at
+#: most m // SPREAD_SHARE of them while others are left (:func:`inducing_rows`)
+SPREAD_SCAN, SPREAD_SHARE = 64, 32
 
 
 @dataclass
@@ -94,11 +97,33 @@ def initialise(module: Any, index: Tensor, y: Tensor, method: str, generator: to
         term.initialise_from_data(init)
     gp = module.gp
     n, m = index.shape[0], gp.n_inducing
-    rows = torch.randperm(n, generator=generator)[:m] if n >= m else torch.randint(n, (m,), generator=generator)
+    rows = inducing_rows(index, m, generator)
     feats = module.gp_inputs(index[rows.to(device)])
     jitter = 0.05 * INIT_SCALE * torch.randn(feats.shape, generator=generator, dtype=dtype).to(device)
     gp.inducing.copy_(feats + jitter)
     gp.raw_lengthscale.fill_(float(_softplus_inverse(INIT_SCALE * math.sqrt(module.n_factors * gp.input_width))))
+
+
+def inducing_rows(index: Tensor, m: int, generator: torch.Generator) -> Tensor:
+    """m training rows whose GP inputs start the inducing points: drawn at random, but a level of any factor in
+    at most ``m // SPREAD_SHARE`` of them while other rows are left (among the first ``SPREAD_SCAN`` m rows of a
+    random order). Rows that share a level share part of their input; where one user had two thirds of the
+    ratings, random draws gave that user two thirds of the inducing points, K_mm was singular in float32 at the
+    start of every run and the fit warned of raised jitter."""
+    n = index.shape[0]
+    if n < m:
+        return torch.randint(n, (m,), generator=generator)
+    scan = torch.randperm(n, generator=generator)[:min(n, SPREAD_SCAN * m)]
+    levels = index[scan.to(index.device)].cpu()
+    position = torch.arange(scan.shape[0])
+    within = torch.ones(scan.shape[0], dtype=torch.bool)
+    for f in range(levels.shape[1]):  # each row's rank among the rows of its level, in the random order
+        by_level = torch.argsort(levels[:, f], stable=True)
+        sorted_levels = levels[by_level, f]
+        rank = torch.empty_like(position)
+        rank[by_level] = position - torch.searchsorted(sorted_levels, sorted_levels)
+        within &= rank < max(1, m // SPREAD_SHARE)
+    return scan[torch.argsort((~within).long(), stable=True)[:m]]  # the rows within the cap first, in order
 
 
 def _softplus_inverse(x: float) -> Tensor:

@@ -3,12 +3,16 @@ the PCA start, bilinear factors, inducing points and lengthscales of ``initialis
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
 import torch
 
-from mogp_surprise.core.initialization import INIT_SCALE, initialise, randomized_svd
+from mogp_surprise.core import initialization
+from mogp_surprise.core.errors import MWGPNumericalWarning
+from mogp_surprise.core.initialization import (INIT_SCALE, SPREAD_SHARE, inducing_rows, initialise,
+                                               randomized_svd)
 from mogp_surprise.core.terms.bilinear import MF_INIT_SCALE
 from tests.core._modules import features, module, table
 
@@ -75,6 +79,45 @@ def test_initial_factors_inducing_points_and_lengthscales() -> None:
     same = module((N_USERS, N_ITEMS), r, m, mf_rank=4).double()
     initialise(same, index, y, "random", torch.Generator().manual_seed(2))
     assert all(torch.equal(p, q) for p, q in zip(mod.parameters(), same.parameters()))
+
+
+def _one_heavy_user(seed: int = 0) -> torch.Tensor:
+    """4,500 ratings: user 0 has 3,000 of them, 299 users share the rest, over 4,000 items."""
+    gen = torch.Generator().manual_seed(seed)
+    users = torch.cat([torch.zeros(3000, dtype=torch.long), torch.randint(1, 300, (1500,), generator=gen)])
+    return torch.stack([users, torch.randint(0, 4000, (4500,), generator=gen)], 1)
+
+
+def test_no_level_fills_the_inducing_points() -> None:
+    """At most m // SPREAD_SHARE inducing points share a level (a random draw gave the heavy user about 85 of 128);
+    where no level is that frequent the rows are a random permutation's first m, as before."""
+    index = _one_heavy_user()
+    rows = inducing_rows(index, 128, torch.Generator().manual_seed(1))
+    assert rows.unique().numel() == 128
+    assert int(torch.bincount(index[rows, 0]).max()) == 128 // SPREAD_SHARE
+    assert int(torch.bincount(index[rows, 1]).max()) <= 128 // SPREAD_SHARE
+    gen = torch.Generator().manual_seed(2)
+    spread = torch.stack([torch.randint(0, 943, (80000,), generator=gen),
+                          torch.randint(0, 1682, (80000,), generator=gen)], 1)
+    want = torch.randperm(80000, generator=torch.Generator().manual_seed(1))[:128]
+    assert torch.equal(inducing_rows(spread, 128, torch.Generator().manual_seed(1)), want)
+
+
+@pytest.mark.parametrize("spread", [True, False], ids=["inducing-rows-spread", "random-rows-singular"])
+def test_one_heavy_user_leaves_kmm_factorable_in_float32(monkeypatch, spread) -> None:
+    """The PCA start of the data above in float32: with the inducing rows spread K_mm factorises with the default
+    jitter; with random rows (the check that this data shows the problem) it did not, and the fit warned."""
+    index = _one_heavy_user()
+    y = torch.randn(index.shape[0], generator=torch.Generator().manual_seed(3))
+    if not spread:
+        monkeypatch.setattr(initialization, "inducing_rows",
+                            lambda index, m, gen: torch.randperm(index.shape[0], generator=gen)[:m])
+    mod = module((300, 4000), 8, 128)
+    initialise(mod, index, y, "pca", torch.Generator().manual_seed(4))
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        mod.gp.whitened_terms(1e-5)
+    assert bool([w for w in record if issubclass(w.category, MWGPNumericalWarning)]) is not spread
 
 
 def _ml_spread(means, noise, floor):
