@@ -116,6 +116,14 @@ def pair_neighbourhood_kernel():
     return pair_neighbourhood
 
 
+def pair_product_kernel():
+    """:func:`~.row_kernel.pair_product_moments` (numba), or ``None`` where the row kernel is not available."""
+    if row_kernel() is None:
+        return None
+    from .row_kernel import pair_product_moments
+    return pair_product_moments
+
+
 @functools.cache
 def row_kernel():
     """:func:`~.row_kernel.row_adam` (numba), or ``None`` where numba is not installed or cannot compile it."""

@@ -208,21 +208,23 @@ def _add_into_rows(table, rows, values):  # pragma: no cover
 
 
 @numba.njit(cache=True, fastmath=True)
-def pair_gp_moments(x, input_var, zs, offset, z, inv_ls, inv_ls2, lin, quad, outputscale,
+def pair_gp_moments(x0, x1, var0, var1, zs, offset, z, inv_ls, inv_ls2, lin, quad, outputscale,
                     unseen):  # pragma: no cover
-    """E[f] and Var[f] at one GP input (core/serving.py): the augmented kernel row, ``lin . k``, ``s + k^T quad k``,
-    the delta method where ``input_var`` is not empty, ``- E[f]^2`` for a pattern with unseen factors. One
-    compiled call instead of some fifteen numpy calls: 19 -> 3 us per pair (ML-1M's default model)."""
+    """E[f] and Var[f] at one GP input, the rows ``x0`` and ``x1`` side by side (core/serving.py; ``var0``, ``var1``
+    their input variances, or both empty): the augmented kernel row, ``lin . k``, ``s + k^T quad k`` (``quad``
+    symmetric: its lower triangle), the delta method where the variances are given, ``- E[f]^2`` for a pattern
+    with unseen factors. One compiled call instead of some fifteen numpy calls: 19 -> 3 us per pair (ML-1M's
+    default model); the rows apart rather than joined first, 8.0 -> 5.0 us with the input variances."""
     m, d = zs.shape
+    n0 = x0.shape[0]
     xs = np.empty(d)
     half = 0.0
     for c in range(d):
-        xs[c] = x[c] * inv_ls[c]
+        xs[c] = (x0[c] if c < n0 else x1[c - n0]) * inv_ls[c]
         half += xs[c] * xs[c]
     half *= 0.5
     kk = np.empty(m)
     kw = np.empty(m)
-    mean = 0.0
     total = 0.0
     for i in range(m):
         acc = offset[i] - half
@@ -235,18 +237,37 @@ def pair_gp_moments(x, input_var, zs, offset, z, inv_ls, inv_ls2, lin, quad, out
     var = outputscale
     for i in range(m):
         row = 0.0
-        for j in range(m):
+        for j in range(i):
             row += quad[i, j] * kk[j]
-        var += kk[i] * row
-    if input_var.shape[0] == d and d > 0:
+        var += kk[i] * (2.0 * row + quad[i, i] * kk[i])
+    if var0.shape[0] + var1.shape[0] == d and d > 0:
         for c in range(d):
             g = 0.0
             for i in range(m):
                 g += kw[i] * z[i, c]
-            g = (g - x[c] * total) * inv_ls2[c]
-            var += g * g * input_var[c]
+            x, v = (x0[c], var0[c]) if c < n0 else (x1[c - n0], var1[c - n0])
+            g = (g - x * total) * inv_ls2[c]
+            var += g * g * v
     if unseen:
         var -= mean * mean
+    return mean, var
+
+
+@numba.njit(cache=True, fastmath=True)
+def pair_product_moments(p, p_var, q, q_var, user, item):  # pragma: no cover
+    """E[p_u . q_i] and Var[p_u . q_i] of independent Gaussian rows (core/terms/bilinear.py: sum of p_var (q^2 +
+    q_var) + q_var p^2; ``p_var`` and ``q_var`` without rows: point values) in one compiled call, where the numpy
+    form takes some ten calls: ML-1M ``predict`` 4.4 -> 2.4 us for this term."""
+    mean = 0.0
+    var = 0.0
+    with_p, with_q = p_var.shape[0] > 0, q_var.shape[0] > 0
+    for d in range(p.shape[1]):
+        a, b = p[user, d], q[item, d]
+        mean += a * b
+        if with_p:
+            var += p_var[user, d] * (b * b + (q_var[item, d] if with_q else 0.0))
+        if with_q:
+            var += q_var[item, d] * a * a
     return mean, var
 
 

@@ -158,14 +158,20 @@ class PairPredictor:
         :meth:`~.gp.FittedGP.moments` for a single row (numba's :func:`~.row_kernel.pair_gp_moments` where it is
         available, else numpy)."""
         known, inv_ls, z, zs, offset, quad, lin, inv_ls2 = self._pattern(pattern)
+        with_var = bool(known) and all(inputs[f].var is not None for f in known)
+        if self._kernel is not None:  # at most two rows apart, as the kernel takes them
+            rows = [inputs[f].value.reshape(-1) for f in known]
+            var = [inputs[f].var.reshape(-1) for f in known] if with_var else []
+            if len(known) > 2:
+                rows, var = [np.concatenate(rows)], [np.concatenate(var)] if with_var else []
+            rows, var = rows + [_EMPTY] * (2 - len(rows)), var + [_EMPTY] * (2 - len(var))
+            return self._kernel(*rows, *var, zs, offset, z, inv_ls, inv_ls2, lin, quad, self._outputscale,
+                                bool(pattern))
         x, input_var = _EMPTY, None
         if known:
             x = np.concatenate([inputs[f].value.reshape(-1) for f in known])
-            if all(inputs[f].var is not None for f in known):
+            if with_var:
                 input_var = np.concatenate([inputs[f].var.reshape(-1) for f in known])
-        if self._kernel is not None:
-            return self._kernel(x, _EMPTY if input_var is None else input_var, zs, offset, z, inv_ls, inv_ls2, lin,
-                                quad, self._outputscale, bool(pattern))
         if known:
             xs = x * inv_ls
             kk = np.exp(zs @ xs + (offset - 0.5 * (xs @ xs)))

@@ -46,6 +46,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..optim import pair_product_kernel
 from .base import RatingParts, Rows, Table, Term, register_term
 
 #: standard deviation of every entry of the items' factors q_i at initialisation (users' p_u start at 0)
@@ -98,6 +99,12 @@ class Bilinear(Term):
     def pair_combine(self, index: tuple[int, ...], tables: dict, extras: Any, parts: Any) -> bool:
         (p, p_var), (q, q_var) = tables["factor_0"], tables["factor_1"]
         user, item = index[0], index[1]
+        kernel = pair_product_kernel()
+        if kernel is not None:  # one compiled call
+            mean, var = kernel(p, _NO_ROWS if p_var is None else p_var, q, _NO_ROWS if q_var is None else q_var,
+                               user, item)
+            parts.add_mean(mean, None if p_var is None and q_var is None else var)
+            return True
         parts.add_mean(*_product_moments(Rows(p[user], None if p_var is None else p_var[user]),
                                          Rows(q[item], None if q_var is None else q_var[item]), np.dot))
         return True
@@ -146,3 +153,6 @@ def _product_moments(p: Rows, q: Rows, dot: Any) -> tuple[Any, Any]:
     if p.var is None:
         return mean, dot(q.var, p.value * p.value)
     return mean, dot(p.var, q.value * q.value + q.var) + dot(q.var, p.value * p.value)
+
+
+_NO_ROWS = np.empty((0, 0))  # a table without rows: the kernel's point values
