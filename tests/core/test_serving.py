@@ -56,13 +56,14 @@ def default_fit():
 
 @pytest.mark.parametrize("compiled", [True, False])
 def test_default_model_every_pattern_matches_the_batched_path(default_fit, compiled, monkeypatch) -> None:
-    """With numba's kernel for the GP's moments and with numpy alone."""
+    """With numba's kernels for the GP's moments and the bilinear term's, and with numpy alone."""
     from mogp_surprise.core import serving
 
     if compiled and serving._compiled_moments() is None:
         pytest.skip("numba is not installed: the kernel is not used")
     if not compiled:
         monkeypatch.setattr(serving, "_compiled_moments", lambda: None)
+        monkeypatch.setattr("mogp_surprise.core.terms.bilinear.pair_product_kernel", lambda: None)
     post = default_fit[0].posterior.to(dtype=torch.float64)
     assert post.term("noise_offset") is not None and post.term("bilinear") is not None
     assert not bool((post.cold_scale == 1).all())  # the cold-start calibration is in
