@@ -88,7 +88,7 @@ def test_a_resumed_fit_equals_an_uninterrupted_one(tmp_path, monkeypatch, data, 
     assert resumed.loss_history == whole.loss_history
     assert resumed.validation_rmse == whole.validation_rmse and resumed.n_epochs == whole.n_epochs
     assert resumed.searched == whole.searched and resumed.chosen == whole.chosen
-    assert resumed.noise_scale == whole.noise_scale
+    assert (resumed.noise_scale, resumed.noise_shrink) == (whole.noise_scale, whole.noise_shrink)
     assert (whole.noise_scale != 1.0) == (changes.get("early_stopping", False) and "mf_posterior" not in changes)
     assert len(resumed.loss_history) > 1 and (saves < 4 or whole.n_epochs > 1)  # interrupted mid-run
     # and the comparison can fail: a different seed is a different model

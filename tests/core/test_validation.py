@@ -169,3 +169,15 @@ def test_the_noise_scale_is_read_from_held_out_ratings_of_known_levels(n_known) 
             assert got is None
             continue
         torch.testing.assert_close(got, want if want.dim() == 0 else want[known])
+
+
+def test_calibrations_recorded_by_earlier_releases_are_read() -> None:
+    """A search run's entry [setting, curve, calibration] in a checkpoint: this release's {c, shrink}; the last
+    release's c after every epoch (its best epoch's, lambda 1); one before the noise scale none (1, 1)."""
+    curve = [0.9, 0.8, 0.85]
+    assert validation.run_calibration([{}, curve, {"c": 0.7, "shrink": 0.4}]) == (0.7, 0.4)
+    assert validation.run_calibration([{}, curve, [1.5, 1.2, 0.6]]) == (1.2, 1.0)
+    assert validation.run_calibration([{}, curve]) == (1.0, 1.0)
+    assert validation.recorded_calibration(1.3) == (1.3, 1.0)
+    assert validation.recorded_calibration([1.3, 0.5]) == (1.3, 0.5)
+
