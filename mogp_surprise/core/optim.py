@@ -116,6 +116,14 @@ def pair_neighbourhood_kernel():
     return pair_neighbourhood
 
 
+def sparse_neighbours_kernel():
+    """:func:`~.row_kernel.sparse_neighbours` (numba), or ``None`` where the row kernel is not available."""
+    if row_kernel() is None:
+        return None
+    from .row_kernel import sparse_neighbours
+    return sparse_neighbours
+
+
 def pair_product_kernel():
     """:func:`~.row_kernel.pair_product_moments` (numba), or ``None`` where the row kernel is not available."""
     if row_kernel() is None:

@@ -321,3 +321,72 @@ def _lower(keys, query, lo, hi):  # pragma: no cover
         else:
             hi = mid
     return lo
+
+
+def sparse_neighbours(item_crow, item_users, item_values, user_crow, user_items, user_values, norms, shrink: float,
+                      out, threads: int) -> None:
+    """Each item's most similar items into ``out`` (items, width; filled with -1 beforehand) from the ratings by
+    item (``item_crow``, ``item_users``, ``item_values``: CSR) and by user (likewise; values the residuals, one per
+    distinct (user, item)), the similarity as ``core/similarity.py`` forms it (``norms``: each item's residual
+    norm). An item's row is summed over its raters' rows in a dense scratch: sum_u n_u^2 multiply-adds, where the
+    sparse products take ratings x items."""
+    threads = max(1, min(threads, numba.config.NUMBA_NUM_THREADS))
+    numba.set_num_threads(threads)
+    _sparse_neighbours(item_crow, item_users, item_values, user_crow, user_items, user_values, norms, shrink, out,
+                       4 * threads)
+
+
+@numba.njit(cache=True, parallel=True)
+def _sparse_neighbours(item_crow, item_users, item_values, user_crow, user_items, user_values, norms, shrink, out,
+                       n_parts):  # pragma: no cover
+    """The top-k as the dense products' would pick it: the positive similarities, largest first, then items of
+    similarity 0 (the lowest numbers), then the negative ones, largest first."""
+    n_items, width = out.shape[0], out.shape[1]
+    for p in numba.prange(n_parts):
+        acc = np.zeros(n_items)
+        count = np.zeros(n_items)
+        nonzero = np.zeros(n_items, dtype=np.bool_)
+        touched = np.empty(n_items, dtype=np.int64)
+        for i in range(n_items * p // n_parts, n_items * (p + 1) // n_parts):
+            n_touched = 0
+            for a in range(item_crow[i], item_crow[i + 1]):
+                u, e = item_users[a], item_values[a]
+                for b in range(user_crow[u], user_crow[u + 1]):
+                    j = user_items[b]
+                    if j == i:
+                        continue
+                    if count[j] == 0.0:
+                        touched[n_touched] = j
+                        n_touched += 1
+                    acc[j] += e * user_values[b]
+                    count[j] += 1.0
+            sims = np.empty(n_touched)
+            for t in range(n_touched):
+                j = touched[t]
+                sims[t] = acc[j] / (norms[i] * norms[j] + 1e-9) * count[j] / (count[j] + shrink)
+                nonzero[j] = sims[t] != 0.0
+            order = np.argsort(-sims)
+            filled = 0
+            for t in range(n_touched):
+                if filled == width or sims[order[t]] <= 0.0:
+                    break
+                out[i, filled] = touched[order[t]]
+                filled += 1
+            j = 0
+            while filled < width and j < n_items:
+                if j != i and not nonzero[j]:
+                    out[i, filled] = j
+                    filled += 1
+                j += 1
+            for t in range(n_touched):
+                if filled == width:
+                    break
+                if sims[order[t]] < 0.0:
+                    out[i, filled] = touched[order[t]]
+                    filled += 1
+            for t in range(n_touched):
+                j = touched[t]
+                acc[j] = 0.0
+                count[j] = 0.0
+                nonzero[j] = False
+

@@ -8,6 +8,8 @@ import math
 import torch
 from torch import Tensor
 
+from .optim import sparse_neighbours_kernel
+
 #: entries of a dense block of the similarity's product, and of a (users x items) map of the graph
 BLOCK_ENTRIES, MAP_ENTRIES = 2 ** 25, 2 ** 24
 #: the similarity by dense products up to this many (users x items) entries, and where the ratings fill at least
@@ -71,12 +73,41 @@ def item_neighbours(index: Tensor, residual: Tensor, n_levels: tuple[int, ...], 
         return out
     norms = torch.zeros(n_items, dtype=residual.dtype, device=device).index_add_(0, index[:, 1], residual * residual)
     norms = norms.sqrt()
+    kernel = sparse_neighbours_kernel() if device.type == "cpu" and not _dense(index, n_levels) else None
+    if kernel is not None:  # compiled, from each item's raters' rows
+        return _by_kernel(kernel, index, residual, n_levels, norms, shrink, out, width)
     for start, stop, num, common in products(index, residual, n_levels):
         scale = norms.to(num.dtype)
         sim = num / (scale[:, None] * scale[None, start:stop] + 1e-9) * common / (common + shrink)
         cols = torch.arange(start, stop, device=device)
         sim[cols, cols - start] = -math.inf  # not its own neighbour
         out[start:stop, :width] = torch.topk(sim.T, width, dim=1).indices
+    return out
+
+
+def _dense(index: Tensor, n_levels: tuple[int, ...]) -> bool:
+    """Whether the similarity is formed by dense products (:func:`products`)."""
+    return n_levels[0] * n_levels[1] <= min(DENSE_ENTRIES, DENSE_FILL * index.shape[0])
+
+
+def _by_kernel(kernel, index: Tensor, residual: Tensor, n_levels: tuple[int, ...], norms: Tensor, shrink: float,
+               out: Tensor, width: int) -> Tensor:
+    """:func:`item_neighbours` by numba's :func:`~.row_kernel.sparse_neighbours` where the ratings are too sparse for
+    the dense products: sum_u n_u^2 multiply-adds, against ratings x items for the sparse products. 167,000
+    generated ratings over 38,000 users and 17,000 items (median user 2 ratings, 22M pairs of one user's items
+    against 2.8G): 8.8 s -> 0.61 s (a first call also compiles, 4 s once), the same similarities chosen; the fit
+    44.5 -> 23.8 s, RMSE 0.9063 either way."""
+    n_users, n_items = n_levels
+    keys, inverse = torch.unique(index[:, 0] * n_items + index[:, 1], return_inverse=True)  # by user, then item
+    e = torch.zeros(keys.shape[0], dtype=torch.float64).index_add_(0, inverse, residual.double())
+    users, items = keys // n_items, keys % n_items
+    by_item = torch.argsort(items, stable=True)
+    crow = [torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(torch.bincount(levels, minlength=n), 0)])
+            for levels, n in ((items, n_items), (users, n_users))]
+    found = out[:, :width].numpy().copy()
+    kernel(crow[0].numpy(), users[by_item].numpy(), e[by_item].numpy(), crow[1].numpy(), items.numpy(), e.numpy(),
+           norms.double().numpy(), float(shrink), found, torch.get_num_threads())
+    out[:, :width] = torch.from_numpy(found)
     return out
 
 
@@ -93,7 +124,7 @@ def products(index: Tensor, residual: Tensor, n_levels: tuple[int, ...]):
     n_users, n_items = n_levels
     users, items = index[:, 0], index[:, 1]
     device = index.device
-    if n_users * n_items <= min(DENSE_ENTRIES, DENSE_FILL * index.shape[0]):
+    if _dense(index, n_levels):
         e = torch.zeros(n_users, n_items, dtype=torch.float32, device=device)
         e.index_put_((users, items), residual.to(torch.float32), accumulate=True)
         r = torch.zeros_like(e)

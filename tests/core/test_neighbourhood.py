@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from mogp_surprise.core import MWGPConfig, MWGPPosterior, fit_mwgp
+from mogp_surprise.core import MWGPConfig, MWGPPosterior, fit_mwgp, optim
 from mogp_surprise.core.foldin import fold_in
 from mogp_surprise.core.initialization import InitContext
 from mogp_surprise.core.terms import RatingParts
@@ -125,11 +125,22 @@ def test_one_users_pairs_read_the_users_row_as_the_search_does(term, monkeypatch
             torch.testing.assert_close(row[name].value, searched[name].value, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("dense,symmetric_block", [(True, 1024), (True, 3), (False, 1024)])
-def test_dense_and_sparse_products_choose_the_most_similar_items(data, term, monkeypatch, dense, symmetric_block):
-    """Both ways of forming the similarity (dense float32 products where the ratings fill the (users x items)
-    matrix, by blocks of their symmetric halves where they fit in one block; sparse float64 ones elsewhere) pick
-    each item's k most similar items of the direct loops."""
+@pytest.mark.parametrize("dense,symmetric_block,kernel", [(True, 1024, False), (True, 3, False), (False, 1024, False),
+                                                        (False, 1024, True)])
+def test_dense_and_sparse_products_choose_the_most_similar_items(data, term, monkeypatch, dense, symmetric_block,
+                                                                 kernel):
+    """Every way of forming the similarity (dense float32 products where the ratings fill the (users x items)
+    matrix, by blocks of their symmetric halves where they fit in one block; elsewhere numba's kernel over each
+    item's raters' rows, or without numba sparse float64 products) picks each item's k most similar items of the
+    direct loops."""
+    if kernel and optim.sparse_neighbours_kernel() is None:
+        pytest.skip("numba is not installed: the kernel is not used")
+    if not kernel:
+        monkeypatch.setattr(similarity, "sparse_neighbours_kernel", lambda: None)
+    called = []
+    if kernel:
+        original = similarity._by_kernel
+        monkeypatch.setattr(similarity, "_by_kernel", lambda *a: called.append(1) or original(*a))
     index, _ = data
     t, init = term
     k, shrink = t.options["neighbours"], t.options["shrink"]
@@ -144,6 +155,7 @@ def test_dense_and_sparse_products_choose_the_most_similar_items(data, term, mon
     blocks = list(similarity.products(idx, residual, (N_USERS, N_ITEMS)))
     assert blocks[0][2].dtype == (torch.float32 if dense else torch.float64)  # the path asked for was taken
     chosen = similarity.item_neighbours(idx, residual, (N_USERS, N_ITEMS), k, shrink).numpy()
+    assert bool(called) == kernel
     tol = 1e-5 if dense else 1e-9
     for i in range(N_ITEMS):
         others = np.delete(sim[i], np.concatenate([chosen[i], [i]]))
