@@ -174,7 +174,23 @@ def _shapes(seed: int = 0) -> list[Case]:
     items, item_effect = rng.integers(0, 60, 6000), rng.normal(0, 0.8, 60)
     cases.append(Case("every-user-one-rating", _frame(np.arange(6000), items, np.clip(
         np.rint(3.5 + item_effect[items] + rng.normal(0, 0.7, 6000)), 1, 5)), (1, 5)))
+    cases.append(Case("sparse-catalogue", _sparse_catalogue(seed), (1, 5)))
     return cases
+
+
+def _sparse_catalogue(seed: int = 0) -> pd.DataFrame:
+    """A shop's shape: 200,000 draws (about 167,000 distinct pairs) over 50,000 users and 20,000 items with
+    heavy-tailed activity and popularity (median user 2 ratings); biases, a rank-3 product and noise."""
+    rng = np.random.default_rng(seed)
+    n, n_users, n_items = 200_000, 50_000, 20_000
+    p_user, p_item = rng.pareto(1.2, n_users) + 1, rng.pareto(1.0, n_items) + 1
+    users = rng.choice(n_users, n, p=p_user / p_user.sum())
+    items = rng.choice(n_items, n, p=p_item / p_item.sum())
+    bu, bi = rng.normal(0, 0.5, n_users), rng.normal(0, 0.6, n_items)
+    p, q = rng.normal(0, 0.4, (n_users, 3)), rng.normal(0, 0.4, (n_items, 3))
+    ratings = np.clip(np.rint(3.6 + bu[users] + bi[items] + (p[users] * q[items]).sum(1) + rng.normal(0, 0.8, n)),
+                      1, 5)
+    return _frame(users, items, ratings).drop_duplicates(["user", "item"])
 
 
 def _one_user(rng: np.random.Generator) -> pd.DataFrame:
