@@ -140,7 +140,7 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
     chosen, scale = config.search_space(n)[0], (1.0, 1.0)
     # [setting, validation curve, noise calibration] of each run of early stopping's search (checkpointed with the
     # running one; core/validation.py: run_calibration)
-    tried = [] if resumed is None else [[dict(t[0]), *map(list, t[1:])] for t in resumed.get("tried", [])]
+    tried = [] if resumed is None else [[dict(t[0]), list(t[1]), *t[2:]] for t in resumed.get("tried", [])]
     if resumed is not None and resumed["phase"] == "final":  # the epochs and settings were chosen before the break
         validation, stop_after = list(resumed["validation"]), int(resumed["stop_after"])
         chosen, scale = dict(resumed.get("chosen", chosen)), recorded_calibration(resumed.get("noise_scale", 1.0))

@@ -74,11 +74,13 @@ def same_posterior(a, b) -> bool:
     ({"early_stopping": True}, 5),  # stopped in the final run, after its first epoch
     # an automatic batch (256 here): four settings searched on the split, 4 epochs each
     ({"early_stopping": True, "batch_size": "auto"}, 10),  # stopped while trying the third setting
+    ({"early_stopping": True, "batch_size": "auto"}, 14),  # in the fourth: three runs' calibrations checkpointed
     ({"early_stopping": True, "batch_size": "auto"}, 17),  # stopped in the final run
     ({"noise": "homoscedastic", "implicit": False, "mf_rank": 0}, 3),
     # with early stopping the factors are variational and their noise scaled (core/validation.py); MAP factors:
     ({"early_stopping": True, "mf_posterior": "laplace"}, 5),
-], ids=["default", "while-choosing-epochs", "final-run", "while-searching-settings", "final-run-after-it",
+], ids=["default", "while-choosing-epochs", "final-run", "while-searching-settings",
+        "while-searching-the-last-setting", "final-run-after-it",
         "paper-model", "laplace-final-run"])
 def test_a_resumed_fit_equals_an_uninterrupted_one(tmp_path, monkeypatch, data, changes, saves):
     cfg = config(**changes)
