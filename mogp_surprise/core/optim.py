@@ -26,6 +26,7 @@ on a GPU, by torch operations. Both are tested against a written-out reference.
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
 import math
 
@@ -81,55 +82,54 @@ def schedule(kind: str, total_steps: int):
     return cosine
 
 
-def offset_kl_kernel():
-    """:func:`~.row_kernel.row_adam_offset_kl` (numba), or ``None`` where the row kernel is not available."""
+def compiled(*names: str):
+    """The numba kernels ``names`` of :mod:`.row_kernel` (one, or a tuple of several), or ``None`` where the row
+    kernel is not available (:func:`row_kernel`)."""
     if row_kernel() is None:
         return None
-    from .row_kernel import row_adam_offset_kl
-    return row_adam_offset_kl
+    module = importlib.import_module(".row_kernel", __package__)
+    found = tuple(getattr(module, name) for name in names)
+    return found[0] if len(names) == 1 else found
+
+
+def offset_kl_kernel():
+    """:func:`~.row_kernel.row_adam_offset_kl`, or ``None`` (:func:`compiled`)."""
+    return compiled("row_adam_offset_kl")
 
 
 def csr_product_kernels():
-    """:func:`~.row_kernel.csr_product` and :func:`~.row_kernel.csr_transposed_product` (numba), or ``None`` where
-    the row kernel is not available."""
-    if row_kernel() is None:
-        return None
-    from .row_kernel import csr_product, csr_transposed_product
-    return csr_product, csr_transposed_product
+    """:func:`~.row_kernel.csr_product` and :func:`~.row_kernel.csr_transposed_product`, or ``None``."""
+    return compiled("csr_product", "csr_transposed_product")
 
 
 def add_rows_kernel():
-    """:func:`~.row_kernel.add_into_rows` (numba), or ``None`` where the row kernel is not available."""
-    if row_kernel() is None:
-        return None
-    from .row_kernel import add_into_rows
-    return add_into_rows
+    """:func:`~.row_kernel.add_into_rows`, or ``None`` (:func:`compiled`)."""
+    return compiled("add_into_rows")
+
+
+def sparse_neighbours_kernel():
+    """:func:`~.row_kernel.sparse_neighbours`, or ``None`` (:func:`compiled`)."""
+    return compiled("sparse_neighbours")
+
+
+# the kernels that serve one pair at a time are looked up once: there a lookup's microseconds count
 
 
 @functools.cache
 def pair_neighbourhood_kernel():
-    """:func:`~.row_kernel.pair_neighbourhood` (numba), or ``None`` where the row kernel is not available; looked up
-    once (it serves one pair at a time, where an import statement's 2 us count)."""
-    if row_kernel() is None:
-        return None
-    from .row_kernel import pair_neighbourhood
-    return pair_neighbourhood
+    """:func:`~.row_kernel.pair_neighbourhood`, or ``None`` (:func:`compiled`)."""
+    return compiled("pair_neighbourhood")
 
 
-def sparse_neighbours_kernel():
-    """:func:`~.row_kernel.sparse_neighbours` (numba), or ``None`` where the row kernel is not available."""
-    if row_kernel() is None:
-        return None
-    from .row_kernel import sparse_neighbours
-    return sparse_neighbours
-
-
+@functools.cache
 def pair_product_kernel():
-    """:func:`~.row_kernel.pair_product_moments` (numba), or ``None`` where the row kernel is not available."""
-    if row_kernel() is None:
-        return None
-    from .row_kernel import pair_product_moments
-    return pair_product_moments
+    """:func:`~.row_kernel.pair_product_moments`, or ``None`` (:func:`compiled`)."""
+    return compiled("pair_product_moments")
+
+
+def pair_gp_kernel():
+    """:func:`~.row_kernel.pair_gp_moments`, or ``None`` (:func:`compiled`; looked up once per posterior)."""
+    return compiled("pair_gp_moments")
 
 
 @functools.cache

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .optim import pair_gp_kernel
 from .predictive import predictive
 from .state import PosteriorState
 from .terms import RatingParts, Rows
@@ -83,7 +84,7 @@ class PairPredictor:
         self._width = gp.input_width
         self._psi = [(_np(p1), _np(p2)) for p1, p2 in psi]
         self._patterns: dict[int, tuple] = {}
-        self._kernel = _compiled_moments() if self.dtype == np.float64 else None
+        self._kernel = pair_gp_kernel() if self.dtype == np.float64 else None
 
     def _pattern(self, pattern: int) -> tuple:
         cached = self._patterns.get(pattern)
@@ -218,15 +219,6 @@ class PairParts:
 
 
 _EMPTY = np.empty(0)
-
-
-def _compiled_moments():
-    from .optim import row_kernel
-
-    if row_kernel() is None:
-        return None
-    from .row_kernel import pair_gp_moments
-    return pair_gp_moments
 
 
 def pair_predictor(state: PosteriorState, psi: list, check: Any) -> PairPredictor | None:

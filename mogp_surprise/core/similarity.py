@@ -104,10 +104,8 @@ def _by_kernel(kernel, index: Tensor, residual: Tensor, n_levels: tuple[int, ...
     by_item = torch.argsort(items, stable=True)
     crow = [torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(torch.bincount(levels, minlength=n), 0)])
             for levels, n in ((items, n_items), (users, n_users))]
-    found = out[:, :width].numpy().copy()
     kernel(crow[0].numpy(), users[by_item].numpy(), e[by_item].numpy(), crow[1].numpy(), items.numpy(), e.numpy(),
-           norms.double().numpy(), float(shrink), found, torch.get_num_threads())
-    out[:, :width] = torch.from_numpy(found)
+           norms.double().numpy(), float(shrink), out[:, :width].numpy(), torch.get_num_threads())  # in place
     return out
 
 
