@@ -40,16 +40,16 @@ class UserModelMixin:
     def _recommend(self, user: Any, n: int, strategy: str, kappa: float | None, exclude_rated: bool,
                    ratings: Any, random_state: Any = None) -> pd.DataFrame:
         if ratings is None:
-            return self._recommend_many([user], n, strategy, kappa, exclude_rated, random_state).drop(columns="user")
+            return self._recommend_many([user], n, strategy, kappa, exclude_rated, random_state, with_user=False)
         from ..core.recommend import check_strategy
 
         check_strategy(strategy, kappa, n, auto=True)  # before the fold-in's work
         post, row, items, _ = self._folded(user, ratings)
         return self._frame(post, [user], np.array([row]), [items], n, strategy, kappa, random_state,
-                           exclude_rated).drop(columns="user")
+                           exclude_rated, with_user=False)
 
     def _recommend_many(self, users: Any, n: int, strategy: str, kappa: float | None, exclude_rated: bool,
-                        random_state: Any = None) -> pd.DataFrame:
+                        random_state: Any = None, with_user: bool = True) -> pd.DataFrame:
         from ..core.recommend import check_strategy
 
         check_strategy(strategy, kappa, n, auto=True)
@@ -57,12 +57,13 @@ class UserModelMixin:
         users = list(users)
         inner = self._user_codes(users)
         rated = [self._known_ratings(u)[0] if u >= 0 else np.empty(0, np.int64) for u in inner]
-        return self._frame(post, users, inner, rated, n, strategy, kappa, random_state, exclude_rated)
+        return self._frame(post, users, inner, rated, n, strategy, kappa, random_state, exclude_rated, with_user)
 
     def _frame(self, posterior: MWGPPosterior, raw_users: Sequence[Any], inner_users: np.ndarray,
                rated: list[np.ndarray], n: int, strategy: str, kappa: float | None, random_state: Any,
-               exclude_rated: bool) -> pd.DataFrame:
-        """Top-N lists of several users as a tidy DataFrame (user, rank, item, est, mean, std, score);
+               exclude_rated: bool, with_user: bool = True) -> pd.DataFrame:
+        """Top-N lists of several users as a tidy DataFrame (user, rank, item, est, mean, std, score; without the
+        user column for one user's list: ``recommend``);
         ``strategy="auto"``: LCB for the users with fewer than ``AUTO_FEW_RATINGS`` ratings, the mean otherwise."""
         from ..core.recommend import AUTO, AUTO_FEW_RATINGS, top_n
 
@@ -74,8 +75,9 @@ class UserModelMixin:
         rows, ranks = np.nonzero(valid)
         users = np.asarray(list(raw_users), dtype=object)
         mean = result.mean[valid]
-        return pd.DataFrame({"user": users[rows], "rank": ranks + 1,
-                             "item": self._raw_items().astype(object)[result.items[valid]],
+        columns = {"user": users[rows]} if with_user else {}
+        return pd.DataFrame({**columns, "rank": ranks + 1,
+                             "item": self._raw_items()[result.items[valid]].astype(object),
                              "est": self._clipped(mean), "mean": mean, "std": result.std[valid],
                              "score": result.score[valid]})
 
@@ -159,7 +161,7 @@ class UserModelMixin:
             row = inner  # a known user as fitted, or -1: a new user without ratings (cold start)
         mean, var = post.predict(np.stack([np.full(q.items.size, row), q.items], 1).astype(np.int64))
         return pd.DataFrame({"rank": np.arange(1, q.items.size + 1),
-                             "item": self._raw_items().astype(object)[q.items], "gain": q.gain,
+                             "item": self._raw_items()[q.items].astype(object), "gain": q.gain,
                              "answer_prob": q.answer_prob, "est": self._clipped(mean), "mean": mean,
                              "std": np.sqrt(var)})
 

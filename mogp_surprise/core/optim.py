@@ -82,12 +82,12 @@ def schedule(kind: str, total_steps: int):
     return cosine
 
 
-def compiled(*names: str):
-    """The numba kernels ``names`` of :mod:`.row_kernel` (one, or a tuple of several), or ``None`` where the row
-    kernel is not available (:func:`row_kernel`)."""
+def compiled(*names: str, module: str = ".row_kernel"):
+    """The numba kernels ``names`` of ``module`` (:mod:`.row_kernel`, or :mod:`.serving_kernel`; one, or a tuple of
+    several), or ``None`` where the row kernel is not available (:func:`row_kernel`)."""
     if row_kernel() is None:
         return None
-    module = importlib.import_module(".row_kernel", __package__)
+    module = importlib.import_module(module, __package__)
     found = tuple(getattr(module, name) for name in names)
     return found[0] if len(names) == 1 else found
 
@@ -112,24 +112,36 @@ def sparse_neighbours_kernel():
     return compiled("sparse_neighbours")
 
 
-# the kernels that serve one pair at a time are looked up once: there a lookup's microseconds count
+# the kernels that serve one pair or one user at a time are looked up once: there a lookup's microseconds count
 
 
 @functools.cache
 def pair_neighbourhood_kernel():
-    """:func:`~.row_kernel.pair_neighbourhood`, or ``None`` (:func:`compiled`)."""
-    return compiled("pair_neighbourhood")
+    """:func:`~.serving_kernel.pair_neighbourhood`, or ``None`` (:func:`compiled`)."""
+    return compiled("pair_neighbourhood", module=".serving_kernel")
+
+
+@functools.cache
+def user_near_kernel():
+    """:func:`~.serving_kernel.user_near`, or ``None`` (:func:`compiled`)."""
+    return compiled("user_near", module=".serving_kernel")
+
+
+@functools.cache
+def user_neighbourhood_kernel():
+    """:func:`~.serving_kernel.user_neighbourhood`, or ``None`` (:func:`compiled`)."""
+    return compiled("user_neighbourhood", module=".serving_kernel")
 
 
 @functools.cache
 def pair_product_kernel():
-    """:func:`~.row_kernel.pair_product_moments`, or ``None`` (:func:`compiled`)."""
-    return compiled("pair_product_moments")
+    """:func:`~.serving_kernel.pair_product_moments`, or ``None`` (:func:`compiled`)."""
+    return compiled("pair_product_moments", module=".serving_kernel")
 
 
 def pair_gp_kernel():
-    """:func:`~.row_kernel.pair_gp_moments`, or ``None`` (:func:`compiled`; looked up once per posterior)."""
-    return compiled("pair_gp_moments")
+    """:func:`~.serving_kernel.pair_gp_moments`, or ``None`` (:func:`compiled`; looked up once per posterior)."""
+    return compiled("pair_gp_moments", module=".serving_kernel")
 
 
 @functools.cache

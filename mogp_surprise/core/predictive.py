@@ -135,11 +135,15 @@ def catalogue_moments(state: PosteriorState, psi: list, user: int,
             table = fitted.tables[spec.name]
             if spec.factor == 0:
                 one = table_rows(table, level, unseen[0], 1)
-                rows[spec.name] = Rows(one.value.expand(n, *one.value.shape[1:]),
-                                       None if one.var is None else one.var.expand(n, *one.var.shape[1:]), one.unseen)
-            else:
-                rows[spec.name] = Rows(table.values, table.laplace_var)
+                var = one.var.expand(n, *one.var.shape[1:]) if variance and one.var is not None else None
+                rows[spec.name] = Rows(one.value.expand(n, *one.value.shape[1:]), var, one.unseen)
+            else:  # the means alone read no variance (test_means_alone_equal_the_full_predictive)
+                rows[spec.name] = Rows(table.values, table.laplace_var if variance else None)
         if fitted.term.reads_pairs:
+            part = None if unseen[0] else fitted.term.catalogue_part(user, rows, fitted.extras, variance)
+            if part is not None:
+                parts.add_mean(*part)
+                continue
             rows.update(fitted.term.pair_rows(catalogue_index(user, n, level.device), fitted.extras))
         fitted.term.combine(rows, parts)
     return _moments_of_parts(state, psi, parts, int(unseen[0]), variance)

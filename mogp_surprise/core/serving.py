@@ -156,7 +156,7 @@ class PairPredictor:
 
     def _gp_moments(self, inputs: list, pattern: int) -> tuple[float, float]:
         """E[f] and Var[f] at one input (the known factors' rows of ``inputs``, (1, r) or (r,)):
-        :meth:`~.gp.FittedGP.moments` for a single row (numba's :func:`~.row_kernel.pair_gp_moments` where it is
+        :meth:`~.gp.FittedGP.moments` for a single row (numba's :func:`~.serving_kernel.pair_gp_moments` where it is
         available, else numpy)."""
         known, inv_ls, z, zs, offset, quad, lin, inv_ls2 = self._pattern(pattern)
         with_var = bool(known) and all(inputs[f].var is not None for f in known)

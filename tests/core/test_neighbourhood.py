@@ -101,8 +101,9 @@ def test_the_inputs_are_the_neighbours_residuals_the_user_rated(data, term):
 
 
 def test_one_users_pairs_read_the_users_row_as_the_search_does(term, monkeypatch):
-    """A catalogue (every item of one user) reads the user's row of the graph as a dense vector: the same inputs
-    as searching every neighbour in the graph, with a pair rated twice read at its first place."""
+    """A catalogue (every item of one user) reads the user's row of the graph as a dense vector, by the compiled
+    kernel or by torch: the same inputs as searching every neighbour in the graph, with a pair rated twice read at
+    its first place."""
     t, _ = term
     extras = dict(t.fitted_extras())
     keys, residuals = extras["graph_keys"], extras["graph_residuals"]
@@ -116,13 +117,22 @@ def test_one_users_pairs_read_the_users_row_as_the_search_does(term, monkeypatch
     items = torch.cat([torch.arange(N_ITEMS), torch.tensor([-1])])  # the catalogue and an unseen item
     for user in (0, 7, N_USERS - 1):
         index = torch.stack([torch.full_like(items, user), items], 1)
-        row = t.pair_rows(index, extras)
+        compiled = t.pair_rows(index, extras)  # numba's kernel where it is installed
+        monkeypatch.setattr(neighbourhood, "user_near_kernel", lambda: None)
+        row = t.pair_rows(index, extras)  # torch, the user's row
         monkeypatch.setattr(neighbourhood, "ONE_USER_ROW", 0)  # never the user's row: search every neighbour
         searched = t.pair_rows(index, extras)
         monkeypatch.undo()
         assert row["near_rated"].value.sum() > 0 and not row["near_rated"].value[-1].any()
         for name in ("near_residual", "near_rated"):
             torch.testing.assert_close(row[name].value, searched[name].value, rtol=0, atol=0)
+            torch.testing.assert_close(compiled[name].value, searched[name].value, rtol=0, atol=0)
+        few = index[::5]  # a few pairs of the user (e.g. a top-N list): the kernel again, torch searches
+        got = t.pair_rows(few, extras)
+        monkeypatch.setattr(neighbourhood, "user_near_kernel", lambda: None)
+        for name, value in t.pair_rows(few, extras).items():
+            torch.testing.assert_close(got[name].value, value.value, rtol=0, atol=0)
+        monkeypatch.undo()
 
 
 @pytest.mark.parametrize("dense,symmetric_block,kernel", [(True, 1024, False), (True, 3, False), (False, 1024, False),
@@ -361,6 +371,34 @@ def test_one_pairs_part_in_one_step_is_its_inputs_and_combine(fitted, monkeypatc
     np.testing.assert_allclose(one_step, batched, rtol=1e-10)
     known = np.array([u >= 0 and i >= 0 for u, i in pairs])
     assert known.sum() > 100 and np.any(np.array(pairs)[:, 0] == N_USERS)
+
+
+def test_a_users_catalogue_part_in_one_step_is_its_inputs_and_combine(fitted, monkeypatch):
+    """Ranking a user's catalogue takes the term's part from one compiled call (``catalogue_part``): the same means
+    and variances as the pair inputs and ``combine``, for users read by both of its walks (every item's neighbours,
+    and only the items that have the user's few rated items as neighbours), a user appended by fold-in, and the
+    means alone."""
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(8)
+    post = fitted.with_extra_users([fold_in(fitted, rng.choice(N_ITEMS, 2, replace=False), np.array([5.0, 1.0]))])
+    fitted_term = post.term("neighbourhood")
+    start, _ = neighbourhood._inverse_neighbours(fitted_term.extras["neighbours"])
+    width = fitted_term.extras["neighbours"].shape[1]
+    walks = set()
+    for user in (0, 7, N_USERS):
+        keys = torch.cat([fitted_term.extras["graph_keys"], fitted_term.extras["added_keys"]])
+        rated = torch.unique(keys[keys // N_ITEMS == user] % N_ITEMS).numpy()
+        walks.add(int(np.diff(start)[rated].sum()) * 5 < N_ITEMS * width)  # the kernel's choice of walk
+        one_step = post.catalogue_moments(user), post.catalogue_moments(user, variance=False)[0]
+        with monkeypatch.context() as patch:
+            patch.setattr(Neighbourhood, "catalogue_part", lambda self, *args: None)
+            by_combine = post.catalogue_moments(user), post.catalogue_moments(user, variance=False)[0]
+        for got, expected in zip((*one_step[0], one_step[1]), (*by_combine[0], by_combine[1])):
+            torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+    assert walks == {True, False}
+    part = fitted_term.term.catalogue_part(0, {name: neighbourhood.Rows(table.values, None) for name, table
+                                               in fitted_term.tables.items()}, fitted_term.extras, True)
+    assert part[0].abs().max() > 1e-3 and part[1] is None  # no Laplace variances given: none returned
 
 
 def test_ask_and_thompson_draws_work_with_the_term(fitted):

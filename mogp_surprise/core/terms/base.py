@@ -314,6 +314,14 @@ class Term(nn.Module):
         :meth:`combine`)."""
         return False
 
+    def catalogue_part(self, user: int, rows: dict[str, Rows], extras: dict[str, Any], variance: bool
+                       ) -> tuple[Tensor, Tensor | None] | None:
+        """A known user's addition to the mean with every item (n_items,), and with ``variance`` its variance, in
+        one step, for ranking (:func:`~..predictive.catalogue_moments`); ``rows``: the term's tables' rows there
+        (the user's broadcast, the items' whole). The same values as :meth:`pair_rows` and :meth:`combine` up to
+        float rounding. Default: None (the catalogue forms the pair inputs and calls :meth:`combine`)."""
+        return None
+
     def user_pair_rows(self, items: Tensor, answers: tuple[Tensor, Tensor], extras: dict[str, Tensor]
                        ) -> dict[str, Rows]:
         """The pair inputs of one user who is not in the fitted extras (fold-in), with ``items`` (n,), from the
