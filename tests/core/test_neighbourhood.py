@@ -440,8 +440,9 @@ def test_both_adapters_fit_fold_in_recommend_ask_save_and_load(tmp_path):
 
 
 def test_auto_switches_the_term_on_where_its_similarity_is_affordable():
-    """``neighbourhood="auto"``: on for (user, item) data from 50,000 ratings up to ratings x items = 2^32, off
-    outside and for other shapes; ``n_epochs="auto"``: 12 with the term and without early stopping, else 20."""
+    """``neighbourhood="auto"``: on for (user, item) data from 50,000 ratings up to ratings x items = 2^32, with
+    early stopping (below 200,000 ratings) only where the ratings fill 1/32 of the users x items; off outside and
+    for other shapes; ``n_epochs="auto"``: 12 with the term and without early stopping, else 20."""
     from mogp_surprise.core.config import NEIGHBOURHOOD_BUDGET, NEIGHBOURHOOD_MIN
     from mogp_surprise.core.terms import build_terms
 
@@ -454,7 +455,11 @@ def test_auto_switches_the_term_on_where_its_similarity_is_affordable():
                                   (NEIGHBOURHOOD_MIN, (500, 400), True, 20),
                                   (NEIGHBOURHOOD_MIN - 1, (500, 400), False, 20),  # too few ratings
                                   (300_000, (3000, 1), False, 20),  # one item: no neighbours
-                                  (300_000, (30, 6, 3), False, 20)]:  # a context factor
+                                  (300_000, (30, 6, 3), False, 20),  # a context factor
+                                  (160_127, (6023, 3428), False, 20),  # a 20 % sample of ML-1M: 0.8 % full
+                                  (199_999, (2000, 100), True, 20),  # as full as ML-100K
+                                  (200_038, (6038, 3462), True, 12),  # a 25 % sample: no early stopping
+                                  (133_000, (38_000, 17_000), False, 20)]:  # a shop's sparse catalogue
         got = auto.for_data(n, levels)
         assert (got.neighbourhood, got.n_epochs) == (on, epochs), (n, levels)
         assert ("neighbourhood" in [t.name for t in build_terms(got, levels)]) == on
@@ -463,6 +468,7 @@ def test_auto_switches_the_term_on_where_its_similarity_is_affordable():
     assert not MWGPConfig(neighbourhood=False).for_data(800_167, (6040, 3706)).neighbourhood
     assert MWGPConfig(n_epochs=20).for_data(800_167, (6040, 3706)).n_epochs == 20  # a number given is kept
     assert MWGPConfig(early_stopping=False).for_data(80_000, (943, 1682)).n_epochs == 12
+    assert MWGPConfig(early_stopping=False).for_data(160_127, (6023, 3428)).neighbourhood  # sparse, no early stopping
     assert "neighbourhood" not in [t.name for t in build_terms(auto, (943, 1682))]  # "auto" not yet resolved: off
     # before it was built in it was switched on by name: that still builds it, once
     named = MWGPConfig(neighbourhood=False, extra_terms=("neighbourhood",))

@@ -12,7 +12,8 @@
   N(0, 1 / ``PRIOR``). Their diagonal Laplace variances enter a known pair's predictive variance,
   |R|^-1 sum_{j in R} (e_uj^2 v_w + v_c).
 
-On by default for (user, item) data from 50,000 ratings up to ratings x items = 2^32 (``neighbourhood="auto"``, see
+On by default for (user, item) data from 50,000 ratings up to ratings x items = 2^32, below 200,000 ratings (early
+stopping) only where the ratings fill 1/32 of the users x items (``neighbourhood="auto"``, see
 :meth:`~mogp_surprise.core.config.MWGPConfig.for_data`); ``neighbourhood=True`` / ``False`` switches it on or off at
 any size.
 
