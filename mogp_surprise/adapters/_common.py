@@ -77,6 +77,10 @@ class HyperParamsMixin:
         return {name: getattr(self, name) for name in MWGPConfig.names()}
 
 
+#: lists of at most this many raw ids, all known with their own type, are encoded by dict lookups (:meth:`IdEncoder.lookup`)
+FEW_IDS = 8
+
+
 class IdEncoder:
     """Maps raw ids of one factor (ints, strings, any hashable) to inner indices 0..n-1; unknown -> -1.
 
@@ -99,6 +103,10 @@ class IdEncoder:
         return len(self.classes_)
 
     def transform(self, values: Sequence[Any] | np.ndarray) -> np.ndarray:
+        if isinstance(values, (list, tuple)) and len(values) <= FEW_IDS:  # e.g. one user's recommend: dict lookups
+            codes = [self.lookup(value) for value in values]
+            if None not in codes:
+                return np.array(codes, dtype=np.int64)
         return self.classes_.get_indexer(pd.Index(_as_object(values))).astype(np.int64)
 
     def __contains__(self, value: Any) -> bool:

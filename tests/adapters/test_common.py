@@ -44,6 +44,19 @@ def test_id_encoder_matches_by_value_and_type_in_order_of_appearance():
     assert IdEncoder("user", [7, 2**70]).transform([2**70, 7]).tolist() == [1, 0]  # ints beyond int64
 
 
+def test_a_few_ids_are_looked_up_as_the_index_finds_them(monkeypatch):
+    """Lists of a few ids (one user's recommend, fold-in, ask) take dict lookups: the same codes as the index
+    for known ids, and for ids equal to a known one with another type (1.0, True, numpy ints) or unseen."""
+    from mogp_surprise.adapters import _common
+
+    encoder = IdEncoder("user", [1, "a", 2, ("t", 1), 2**70])
+    asks = [[1], ["a"], [("t", 1)], [2**70], [1.0], [True], [np.int64(2)], ["1"], [3], [1, "a", 2], [2, 1.0], []]
+    fast = [encoder.transform(ask).tolist() for ask in asks]
+    monkeypatch.setattr(_common, "FEW_IDS", -1)  # the index alone
+    assert fast == [encoder.transform(ask).tolist() for ask in asks]
+    assert fast[:4] == [[0], [1], [3], [4]] and fast[7:9] == [[-1], [-1]]
+
+
 @pytest.mark.parametrize("value, twin", [("196", 196), (196, "196"), (" 7 ", 7), ("-4", -4), (np.int64(3), "3"),
                                          (3.0, "3"), (3.5, None), ("abc", None), (True, None), (None, None)])
 def test_id_twin_is_the_same_id_spelt_with_the_other_type(value, twin):
