@@ -77,7 +77,8 @@ class HyperParamsMixin:
         return {name: getattr(self, name) for name in MWGPConfig.names()}
 
 
-#: lists of at most this many raw ids, all known with their own type, are encoded by dict lookups (:meth:`IdEncoder.lookup`)
+#: lists of at most this many raw ids, all known with their own type, are encoded by dict lookups
+#: (:meth:`IdEncoder.lookup`)
 FEW_IDS = 8
 
 

@@ -1,7 +1,9 @@
 """One user's or one pair's predictive in one compiled call (numba; optional: ``pip install
 'mogp-surprise[numba]'``): serving one pair (:mod:`.serving`: the GP's moments, the bilinear product, the
-neighbourhood term's part) and a user's neighbourhood part over the whole catalogue (``recommend``). Each has a
-torch or numpy path used without numba, with the same results up to float rounding (tests compare them).
+neighbourhood term's part), and for one user the neighbourhood term's pair inputs with many items (a top-N list,
+fold-in's answers) and its part with the whole catalogue (``recommend``). Each has a torch or numpy path used
+without numba, with the same results (the pair inputs bit for bit, the sums up to float rounding; tests compare
+them).
 """
 from __future__ import annotations
 
@@ -194,6 +196,8 @@ def user_near(keys, residuals, added_keys, added_residuals, neighbours, user, it
     for r in range(items.shape[0]):
         if items[r] < 0:
             continue
+        if items[r] >= neighbours.shape[0]:  # the torch path's IndexError, not a read past the table
+            raise IndexError("an item index is beyond the model's items")
         for k in range(neighbours.shape[1]):
             j = neighbours[items[r], k]
             if j >= 0 and seen[j]:
