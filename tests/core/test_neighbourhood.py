@@ -129,7 +129,7 @@ def test_one_users_pairs_read_the_users_row_as_the_search_does(term, monkeypatch
             torch.testing.assert_close(compiled[name].value, searched[name].value, rtol=0, atol=0)
         with pytest.raises(IndexError):  # an item beyond the model's: an error (as in torch), never a wild read
             t.pair_rows(torch.tensor([[user, N_ITEMS]]), extras)
-        few = index[::5]  # a few pairs of the user (e.g. a top-N list): the kernel again, torch searches
+        few = index[::5]  # a few pairs of the user (e.g. a top-N list): the kernel again, against torch
         got = t.pair_rows(few, extras)
         monkeypatch.setattr(neighbourhood, "user_near_kernel", lambda: None)
         for name, value in t.pair_rows(few, extras).items():
