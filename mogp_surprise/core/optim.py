@@ -112,36 +112,11 @@ def sparse_neighbours_kernel():
     return compiled("sparse_neighbours")
 
 
-# the kernels that serve one pair or one user at a time are looked up once: there a lookup's microseconds count
-
-
 @functools.cache
-def pair_neighbourhood_kernel():
-    """:func:`~.serving_kernel.pair_neighbourhood`, or ``None`` (:func:`compiled`)."""
-    return compiled("pair_neighbourhood", module=".serving_kernel")
-
-
-@functools.cache
-def user_near_kernel():
-    """:func:`~.serving_kernel.user_near`, or ``None`` (:func:`compiled`)."""
-    return compiled("user_near", module=".serving_kernel")
-
-
-@functools.cache
-def user_neighbourhood_kernel():
-    """:func:`~.serving_kernel.user_neighbourhood`, or ``None`` (:func:`compiled`)."""
-    return compiled("user_neighbourhood", module=".serving_kernel")
-
-
-@functools.cache
-def pair_product_kernel():
-    """:func:`~.serving_kernel.pair_product_moments`, or ``None`` (:func:`compiled`)."""
-    return compiled("pair_product_moments", module=".serving_kernel")
-
-
-def pair_gp_kernel():
-    """:func:`~.serving_kernel.pair_gp_moments`, or ``None`` (:func:`compiled`; looked up once per posterior)."""
-    return compiled("pair_gp_moments", module=".serving_kernel")
+def serving_kernel(name: str):
+    """The numba kernel ``name`` of :mod:`.serving_kernel` (one pair's or one user's predictive), or ``None``
+    (:func:`compiled`); looked up once per name: serving one pair counts a lookup's microseconds."""
+    return compiled(name, module=".serving_kernel")
 
 
 @functools.cache

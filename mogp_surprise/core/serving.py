@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .optim import pair_gp_kernel
+from .optim import serving_kernel
 from .predictive import predictive
 from .state import PosteriorState
 from .terms import RatingParts, Rows
@@ -84,7 +84,7 @@ class PairPredictor:
         self._width = gp.input_width
         self._psi = [(_np(p1), _np(p2)) for p1, p2 in psi]
         self._patterns: dict[int, tuple] = {}
-        self._kernel = pair_gp_kernel() if self.dtype == np.float64 else None
+        self._kernel = serving_kernel("pair_gp_moments") if self.dtype == np.float64 else None
 
     def _pattern(self, pattern: int) -> tuple:
         cached = self._patterns.get(pattern)

@@ -118,7 +118,7 @@ def test_one_users_pairs_read_the_users_row_as_the_search_does(term, monkeypatch
     for user in (0, 7, N_USERS - 1):
         index = torch.stack([torch.full_like(items, user), items], 1)
         compiled = t.pair_rows(index, extras)  # numba's kernel where it is installed
-        monkeypatch.setattr(neighbourhood, "user_near_kernel", lambda: None)
+        monkeypatch.setattr(neighbourhood, "serving_kernel", lambda name: None)
         row = t.pair_rows(index, extras)  # torch, the user's row
         monkeypatch.setattr(neighbourhood, "ONE_USER_ROW", 0)  # never the user's row: search every neighbour
         searched = t.pair_rows(index, extras)
@@ -131,7 +131,7 @@ def test_one_users_pairs_read_the_users_row_as_the_search_does(term, monkeypatch
             t.pair_rows(torch.tensor([[user, N_ITEMS]]), extras)
         few = index[::5]  # a few pairs of the user (e.g. a top-N list): the kernel again, against torch
         got = t.pair_rows(few, extras)
-        monkeypatch.setattr(neighbourhood, "user_near_kernel", lambda: None)
+        monkeypatch.setattr(neighbourhood, "serving_kernel", lambda name: None)
         for name, value in t.pair_rows(few, extras).items():
             torch.testing.assert_close(got[name].value, value.value, rtol=0, atol=0)
         monkeypatch.undo()

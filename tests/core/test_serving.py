@@ -59,11 +59,11 @@ def test_default_model_every_pattern_matches_the_batched_path(default_fit, compi
     """With numba's kernels for the GP's moments and the bilinear term's, and with numpy alone."""
     from mogp_surprise.core import serving
 
-    if compiled and serving.pair_gp_kernel() is None:
+    if compiled and serving.serving_kernel("pair_gp_moments") is None:
         pytest.skip("numba is not installed: the kernel is not used")
     if not compiled:
-        monkeypatch.setattr(serving, "pair_gp_kernel", lambda: None)
-        monkeypatch.setattr("mogp_surprise.core.terms.bilinear.pair_product_kernel", lambda: None)
+        monkeypatch.setattr(serving, "serving_kernel", lambda name: None)
+        monkeypatch.setattr("mogp_surprise.core.terms.bilinear.serving_kernel", lambda name: None)
     post = default_fit[0].posterior.to(dtype=torch.float64)
     assert post.term("noise_offset") is not None and post.term("bilinear") is not None
     assert not bool((post.cold_scale == 1).all())  # the cold-start calibration is in

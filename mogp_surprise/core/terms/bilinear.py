@@ -46,7 +46,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..optim import pair_product_kernel
+from ..optim import serving_kernel
 from .base import RatingParts, Rows, Table, Term, register_term
 
 #: standard deviation of every entry of the items' factors q_i at initialisation (users' p_u start at 0)
@@ -99,7 +99,7 @@ class Bilinear(Term):
     def pair_combine(self, index: tuple[int, ...], tables: dict, extras: Any, parts: Any) -> bool:
         (p, p_var), (q, q_var) = tables["factor_0"], tables["factor_1"]
         user, item = index[0], index[1]
-        kernel = pair_product_kernel()
+        kernel = serving_kernel("pair_product_moments")
         if kernel is not None:  # one compiled call
             mean, var = kernel(p, _NO_ROWS if p_var is None else p_var, q, _NO_ROWS if q_var is None else q_var,
                                user, item)

@@ -58,7 +58,7 @@ import torch
 from torch import Tensor
 from torch.utils.weak import WeakIdKeyDictionary
 
-from ..optim import pair_neighbourhood_kernel, user_near_kernel, user_neighbourhood_kernel
+from ..optim import serving_kernel
 from ..similarity import item_neighbours, neighbour_residuals
 from .base import RatingParts, Rows, Table, Term, register_term
 from .bias import Bias, _variances
@@ -176,7 +176,7 @@ class Neighbourhood(Term):
         return part is not None
 
     def _pair_moments(self, index: tuple[int, ...], tables: dict, extras: dict) -> tuple[float, float | None] | None:
-        kernel = pair_neighbourhood_kernel()
+        kernel = serving_kernel("pair_neighbourhood")
         if kernel is None:
             return None
         user, item = index
@@ -197,18 +197,14 @@ class Neighbourhood(Term):
         over the user's ratings and the items that have them as neighbours, where :meth:`pair_rows` and
         :meth:`combine` form every item's K neighbours: ML-1M's catalogue, medians over 300 users, the means 0.79 ->
         0.08 ms, with the variances 0.93 -> 0.13 ms). None without numba or off the CPU."""
-        kernel, neighbours = user_neighbourhood_kernel(), extras["neighbours"]
+        kernel, neighbours = serving_kernel("user_neighbourhood"), extras["neighbours"]
         if kernel is None or neighbours.device.type != "cpu":
             return None
         weight, offset = rows["weight"], rows["offset"]
         with_var = variance and weight.var is not None and offset.var is not None
         start, slots = _inverse_neighbours(neighbours)
-        added = extras.get("added_keys")
         mean, var = np.empty(self.n_levels[1]), np.empty(self.n_levels[1] if with_var else 0)
-        kernel(extras["graph_keys"].numpy(), extras["graph_residuals"].numpy(),
-               _NO_KEYS if added is None else added.numpy(),
-               _NO_VALUES if added is None else extras["added_residuals"].numpy(), neighbours.numpy(), start, slots,
-               weight.value.detach().numpy(), offset.value.detach().numpy(),
+        kernel(*_kernel_graphs(_graphs(extras)), neighbours.numpy(), start, slots, weight.value.detach().numpy(), offset.value.detach().numpy(),
                weight.var.detach().numpy() if with_var else _NO_ROWS,
                offset.var.detach().numpy() if with_var else _NO_ROWS, user, mean, var)
         dtype = weight.value.dtype
@@ -298,6 +294,13 @@ def _graphs(extras: dict[str, Any]) -> list[tuple[Any, Any]]:
     return graphs
 
 
+def _kernel_graphs(graphs: list[tuple[Tensor, Tensor]]) -> tuple[np.ndarray, ...]:
+    """The training graph's and the appended users' graph's keys and residuals as the compiled kernels take them:
+    numpy views, an empty graph where no user was appended."""
+    (keys, residuals), added = graphs[0], graphs[1] if len(graphs) > 1 else (_NO_KEYS, _NO_VALUES)
+    return keys.numpy(), residuals.numpy(), np.asarray(added[0]), np.asarray(added[1])
+
+
 def _fingerprint(index: Tensor, y: Tensor) -> str:
     digest = hashlib.blake2b(digest_size=16)
     digest.update(index.detach().cpu().numpy().tobytes())
@@ -322,15 +325,13 @@ def _near(users: Any, items: Any, neighbours: Any, graphs: list[tuple[Any, Any]]
                 found = (keys[pos] == query) & valid
                 near, hit = np.where(found, residuals[pos], near), hit | found
         return {"near_residual": Rows(near.astype(dtype, copy=False)), "near_rated": Rows(hit.astype(dtype))}
-    if users.numel() and neighbours.device.type == "cpu" and bool((users == users[0]).all()) and int(users[0]) >= 0:
-        kernel = user_near_kernel()  # one known user's pairs (a catalogue, fold-in's answers, a top-N list)
-        if kernel is not None:
-            shape = (items.shape[0], neighbours.shape[1])
-            near, hit = torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)
-            added = graphs[1] if len(graphs) > 1 else (_NO_KEYS, _NO_VALUES)
-            kernel(graphs[0][0].numpy(), graphs[0][1].numpy(), np.asarray(added[0]), np.asarray(added[1]),
-                   neighbours.numpy(), int(users[0]), items.numpy(), near.numpy(), hit.numpy())
-            return {"near_residual": Rows(near), "near_rated": Rows(hit)}
+    kernel = serving_kernel("user_near") if neighbours.device.type == "cpu" else None
+    if kernel is not None and users.numel() and bool((users == users[0]).all()) and int(users[0]) >= 0:
+        # one known user's pairs (a catalogue, fold-in's answers, a top-N list): one compiled call
+        shape = (items.shape[0], neighbours.shape[1])
+        near, hit = torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)
+        kernel(*_kernel_graphs(graphs), neighbours.numpy(), int(users[0]), items.numpy(), near.numpy(), hit.numpy())
+        return {"near_residual": Rows(near), "near_rated": Rows(hit)}
     known = (users >= 0) & (items >= 0)
     nb = neighbours[items.clamp_min(0)]
     zeros = torch.zeros(nb.shape, dtype=dtype, device=nb.device)
