@@ -37,9 +37,10 @@ LaplaceVariances = dict[tuple[str, str], Tensor]
 
 
 def laplace_variances(module: MWGPModule, index: Tensor, jitter: float, chunk_size: int = 65536,
-                      training: bool = False) -> LaplaceVariances:
+                      training: bool = False, extra: Tensor | None = None) -> LaplaceVariances:
     """The diagonal Laplace variance of every row of every table with ``laplace=True`` (module docstring),
-    from the training tuples ``index`` (``training``: in the order the module was initialised on them)."""
+    from the training tuples ``index`` (``training``: in the order the module was initialised on them) and the
+    tuples ``extra`` (their curvature added as that of training tuples; their pair inputs formed as new pairs')."""
     with torch.no_grad():
         terms = module.gp.whitened_terms(jitter)
         tables = {key: t.detach() for key, t in module.effective_tables().items()}
@@ -49,46 +50,48 @@ def laplace_variances(module: MWGPModule, index: Tensor, jitter: float, chunk_si
     wanted = [(term, spec) for term in module.terms for spec in term.direct_tables
               if spec.laplace and (term.name, spec.name) not in variational]
     prec = {(term.name, spec.name): torch.zeros_like(tables[(term.name, spec.name)]) for term, spec in wanted}
-    for start in range(0, index.shape[0], chunk_size):
-        idx = index[start:start + chunk_size]
-        batch = Batch(idx)
-        leaves = {}
-        with torch.enable_grad():
-            parts = module.empty_parts(batch.n)
-            parts.mean, parts.log_noise_base = parts.mean.detach(), parts.log_noise_base.detach()
-            for term in module.terms:
-                rows = {}
-                for spec in term.direct_tables:
-                    value = tables[(term.name, spec.name)][idx[:, spec.factor]]
-                    if (term.name, spec.name) in prec:
-                        value = leaves[(term.name, spec.name)] = value.requires_grad_(True)
-                    rows[spec.name] = Rows(value)
-                if term.reads_pairs:
-                    place = torch.arange(start, start + idx.shape[0], device=idx.device) if training else None
-                    rows.update(term.pair_rows(idx, term.fitted_extras(), place))
-                term.combine(rows, parts)
-            # d E[y_n] / d rows: through the mean function by autograd, through E[f] = k(x_n)^T w by its closed form
-            x = torch.cat([rows.value for rows in parts.inputs], dim=-1)
+    sources = [(index, training)] + ([] if extra is None else [(extra, False)])
+    for source, in_order in sources:
+        for start in range(0, source.shape[0], chunk_size):
+            idx = source[start:start + chunk_size]
+            batch = Batch(idx)
+            leaves = {}
+            with torch.enable_grad():
+                parts = module.empty_parts(batch.n)
+                parts.mean, parts.log_noise_base = parts.mean.detach(), parts.log_noise_base.detach()
+                for term in module.terms:
+                    rows = {}
+                    for spec in term.direct_tables:
+                        value = tables[(term.name, spec.name)][idx[:, spec.factor]]
+                        if (term.name, spec.name) in prec:
+                            value = leaves[(term.name, spec.name)] = value.requires_grad_(True)
+                        rows[spec.name] = Rows(value)
+                    if term.reads_pairs:
+                        place = torch.arange(start, start + idx.shape[0], device=idx.device) if in_order else None
+                        rows.update(term.pair_rows(idx, term.fitted_extras(), place))
+                    term.combine(rows, parts)
+                # d E[y_n] / d rows: through the mean function by autograd, through E[f] = k(x_n)^T w by its closed form
+                x = torch.cat([rows.value for rows in parts.inputs], dim=-1)
+                with torch.no_grad():
+                    kw = kernel.cross(x, z) * w
+                    f_mean, f_grad = kw.sum(-1), kernel.mean_gradient(kw, x, z)
+                mean = parts.mean
+                if parts.latent_log_scale is not None:
+                    scale = torch.exp(parts.latent_log_scale)
+                    mean = mean + scale * f_mean
+                    f_grad = f_grad * scale.detach().unsqueeze(-1)
+                keys = list(leaves)
+                outputs = [mean.sum()] + ([x] if x.requires_grad else [])
+                grads = torch.autograd.grad(outputs, [leaves[k] for k in keys],
+                                            grad_outputs=[None, f_grad][:len(outputs)], allow_unused=True)
             with torch.no_grad():
-                kw = kernel.cross(x, z) * w
-                f_mean, f_grad = kw.sum(-1), kernel.mean_gradient(kw, x, z)
-            mean = parts.mean
-            if parts.latent_log_scale is not None:
-                scale = torch.exp(parts.latent_log_scale)
-                mean = mean + scale * f_mean
-                f_grad = f_grad * scale.detach().unsqueeze(-1)
-            keys = list(leaves)
-            outputs = [mean.sum()] + ([x] if x.requires_grad else [])
-            grads = torch.autograd.grad(outputs, [leaves[k] for k in keys], grad_outputs=[None, f_grad][:len(outputs)],
-                                        allow_unused=True)
-        with torch.no_grad():
-            lam = noise_moments(parts)[1].detach()
-            for (term_name, table_name), g in zip(keys, grads):
-                if g is None:
-                    continue
-                spec = module.term(term_name).specs[table_name]
-                weight = lam if g.dim() == 1 else lam.unsqueeze(-1)
-                prec[(term_name, table_name)].index_add_(0, idx[:, spec.factor], weight * g * g)
+                lam = noise_moments(parts)[1].detach()
+                for (term_name, table_name), g in zip(keys, grads):
+                    if g is None:
+                        continue
+                    spec = module.term(term_name).specs[table_name]
+                    weight = lam if g.dim() == 1 else lam.unsqueeze(-1)
+                    prec[(term_name, table_name)].index_add_(0, idx[:, spec.factor], weight * g * g)
     out = {}
     for term, spec in wanted:
         key = (term.name, spec.name)

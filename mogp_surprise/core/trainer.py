@@ -26,7 +26,7 @@ from .optim import TrainingOptimizer, implicit_update_interval, uses_sparse_rows
 from .posterior import MWGPPosterior
 from .rows import Batch, distinct_index_rows
 from .validation import (HeldOutNoise, calibrates_noise, known_rows, noise_calibration, recorded_calibration,
-                         run_calibration, validation_scores)
+                         run_calibration, validation_scores, with_posterior_variances)
 
 logger = logging.getLogger(__name__)
 
@@ -220,8 +220,7 @@ class _Run:
     history: list[float]
     epoch_times: list[float]
     validation: list[float]  # RMSE of the predictive mean on the validation ratings after each epoch
-    # what the noise calibration reads at the best epoch so far, and the calibration (c, lambda) it calls for once the
-    # run is done (core/validation.py)
+    # what the noise calibration reads at the best epoch so far; the calibration (c, lambda) at the run's end
     noise_rows: HeldOutNoise | None = None
     calibration: tuple[float, float] = (1.0, 1.0)
 
@@ -340,15 +339,17 @@ def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], co
             run.validation.append(rmse)
         if saver is not None and saver.checkpointing.due(epoch + 1, last):
             saver.save(phase, epoch + 1, module, optimizer, gen, order, run)
-    if run.noise_rows is not None:  # the noise the best epoch's held-out ratings call for
-        run.calibration = noise_calibration(*run.noise_rows)
-    module.workspace = None
-    module.sparse_rows = False
+    module.workspace, module.sparse_rows = None, False
     module.unpack_tables()
     module.implicit.stop_accumulating()
     for term in module.terms:  # (a term's lazy penalty ends with the run)
         if getattr(term, "lazy", None) is not None:
             term.lazy = None
+    if run.noise_rows is not None:  # the noise the best epoch's held-out ratings call for, beside every variance
+        initial = torch.empty_like(idx_t).index_copy_(0, order, idx_t)  # (the order the module was initialised on)
+        run.calibration = noise_calibration(*with_posterior_variances(
+            run.noise_rows, module, initial, *validation[::2], config.jitter, config.chunk_size,
+            config.embedding_uncertainty))
     return run
 
 

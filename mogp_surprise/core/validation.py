@@ -121,6 +121,36 @@ def validation_scores(module: MWGPModule, index: Tensor, y: Tensor, jitter: floa
                               torch.cat(offset_var)[keep] if offset else None)
 
 
+@torch.no_grad()
+def with_posterior_variances(rows: HeldOutNoise, module: MWGPModule, kept: Tensor, held: Tensor, known: Tensor,
+                             jitter: float, chunk_size: int, embedding_uncertainty: bool) -> HeldOutNoise:
+    """``rows`` (:func:`validation_scores` at the run's best epoch) with the latent variance that the fitted posterior
+    adds to a known pair besides the GP's and the variational one: the Laplace variances of the biases, the GP's
+    inputs and the other terms' rows (:mod:`.laplace`), as the final fit will form them, here at the end of the run.
+    Without them the noise absorbed the levels' uncertainty that the posterior then added again (one user with two
+    thirds of 4,500 generated ratings, the light users' noise 1.11 against a true 0.77 and their 90 % intervals
+    covering 0.995). Formed as the final fit forms them: under the noise scaled by the calibration without them
+    (this run's module keeps that noise: early stopping's runs are not used after their search), and with the
+    held-out tuples ``held`` counted as training tuples (the final fit trains on them; a level with one kept and
+    one held-out rating has two at the end: counted with one, a sparse catalogue's test ratings were covered 0.874
+    instead of 0.884). ``kept``: the run's training tuples in the order it was initialised on them; ``known``:
+    which held-out tuples ``rows`` holds (:func:`known_rows`)."""
+    from .laplace import laplace_variances
+    from .posterior import MWGPPosterior
+
+    module.scale_noise(*noise_calibration(*rows))
+    laplace = laplace_variances(module, kept, jitter, chunk_size, training=True, extra=held)
+    variational = {key: laplace[key] for key in ((term.name, spec.variance_of) for term in module.terms
+                                                 for spec in term.specs.values() if spec.variance_of is not None)}
+    pairs, latent = held[known], []
+    for variances in (laplace, variational):
+        post = MWGPPosterior.from_module(module, 0.0, 1.0, jitter, chunk_size, laplace=variances,
+                                         embedding_uncertainty=embedding_uncertainty)
+        latent.append(torch.cat([post.standardised_moments(pairs[start:start + chunk_size])[1].double()
+                                 for start in range(0, pairs.shape[0], chunk_size)]))
+    return rows._replace(latent=rows.latent + (latent[0] - latent[1]).clamp_min(0.0))
+
+
 def noise_scale(squared: Tensor, latent: Tensor, noise: Tensor, iterations: int = 60) -> float:
     """The c in [1 / ``SCALE_BOUND``, ``SCALE_BOUND``] that maximises sum_n log N(e_n | 0, c noise_n + latent_n)
     (``squared`` = e_n^2), by golden-section search on log c; 1.0 without ratings or where it is not finite. A

@@ -65,6 +65,19 @@ def test_gauss_newton_precision_matches_autograd(implicit: bool) -> None:
         np.testing.assert_allclose(input_var[1][i].numpy(), 1 / 3.0)
 
 
+@pytest.mark.parametrize("implicit", [False, True])
+def test_extra_tuples_add_their_curvature_as_training_tuples(implicit: bool) -> None:
+    mod, index = _module(implicit)
+    whole = laplace_variances(mod, index, JITTER, chunk_size=7)
+    split = laplace_variances(mod, index[:25], JITTER, chunk_size=7, extra=index[25:])
+    alone = laplace_variances(mod, index[:25], JITTER, chunk_size=7)
+    assert whole.keys() == split.keys()
+    for key in whole:
+        np.testing.assert_allclose(split[key].numpy(), whole[key].numpy(), rtol=1e-12)
+    # (the extra tuples count: without them a level they rate has the larger variance)
+    assert any(bool((alone[key] > whole[key] * (1 + 1e-6)).any()) for key in whole)
+
+
 def test_without_a_prior_no_correction_is_made() -> None:
     mod, index = _module(False, 0.0, 0.0, 0.0)
     variances = laplace_variances(mod, index, JITTER)
