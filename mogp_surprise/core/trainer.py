@@ -348,8 +348,7 @@ def _train(idx_t: torch.Tensor, y_t: torch.Tensor, n_levels: tuple[int, ...], co
     if run.noise_rows is not None:  # the noise the best epoch's held-out ratings call for, beside every variance
         initial = torch.empty_like(idx_t).index_copy_(0, order, idx_t)  # (the order the module was initialised on)
         run.calibration = noise_calibration(*with_posterior_variances(
-            run.noise_rows, module, initial, *validation[::2], config.jitter, config.chunk_size,
-            config.embedding_uncertainty))
+            run.noise_rows, module, initial, *validation[::2], config, MWGPPosterior.from_module))
     return run
 
 

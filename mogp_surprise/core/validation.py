@@ -36,11 +36,12 @@ then rated one film 5 was predicted 4.87 for the others (the population of users
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import torch
 from torch import Tensor
 
+from .laplace import laplace_variances
 from .model import MWGPModule
 from .predictive import predictive
 from .rows import Batch
@@ -123,7 +124,7 @@ def validation_scores(module: MWGPModule, index: Tensor, y: Tensor, jitter: floa
 
 @torch.no_grad()
 def with_posterior_variances(rows: HeldOutNoise, module: MWGPModule, kept: Tensor, held: Tensor, known: Tensor,
-                             jitter: float, chunk_size: int, embedding_uncertainty: bool) -> HeldOutNoise:
+                             config: Any, posterior_of: Callable) -> HeldOutNoise:
     """``rows`` (:func:`validation_scores` at the run's best epoch) with the latent variance that the fitted posterior
     adds to a known pair besides the GP's and the variational one: the Laplace variances of the biases, the GP's
     inputs and the other terms' rows (:mod:`.laplace`), as the final fit will form them, here at the end of the run.
@@ -134,18 +135,17 @@ def with_posterior_variances(rows: HeldOutNoise, module: MWGPModule, kept: Tenso
     held-out tuples ``held`` counted as training tuples (the final fit trains on them; a level with one kept and
     one held-out rating has two at the end: counted with one, a sparse catalogue's test ratings were covered 0.874
     instead of 0.884). ``kept``: the run's training tuples in the order it was initialised on them; ``known``:
-    which held-out tuples ``rows`` holds (:func:`known_rows`)."""
-    from .laplace import laplace_variances
-    from .posterior import MWGPPosterior
-
+    which held-out tuples ``rows`` holds (:func:`known_rows`); ``config``: the run's :class:`~.config.MWGPConfig`;
+    ``posterior_of``: :meth:`~.posterior.MWGPPosterior.from_module` (the posterior is above this module)."""
+    jitter, chunk_size = config.jitter, config.chunk_size
     module.scale_noise(*noise_calibration(*rows))
     laplace = laplace_variances(module, kept, jitter, chunk_size, training=True, extra=held)
     variational = {key: laplace[key] for key in ((term.name, spec.variance_of) for term in module.terms
                                                  for spec in term.specs.values() if spec.variance_of is not None)}
     pairs, latent = held[known], []
     for variances in (laplace, variational):
-        post = MWGPPosterior.from_module(module, 0.0, 1.0, jitter, chunk_size, laplace=variances,
-                                         embedding_uncertainty=embedding_uncertainty)
+        post = posterior_of(module, 0.0, 1.0, jitter, chunk_size, laplace=variances,
+                            embedding_uncertainty=config.embedding_uncertainty)
         latent.append(torch.cat([post.standardised_moments(pairs[start:start + chunk_size])[1].double()
                                  for start in range(0, pairs.shape[0], chunk_size)]))
     return rows._replace(latent=rows.latent + (latent[0] - latent[1]).clamp_min(0.0))
