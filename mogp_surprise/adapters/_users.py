@@ -57,11 +57,13 @@ class UserModelMixin:
         users = list(users)
         inner = self._user_codes(users)
         rated = [self._known_ratings(u)[0] if u >= 0 else np.empty(0, np.int64) for u in inner]
-        return self._frame(post, users, inner, rated, n, strategy, kappa, random_state, exclude_rated, with_user)
+        # one list of the fitted posterior: its chosen items as `predict` gives them, pair by pair (core/recommend.py)
+        return self._frame(post, users, inner, rated, n, strategy, kappa, random_state, exclude_rated, with_user,
+                           by_pairs=len(users) == 1)
 
     def _frame(self, posterior: MWGPPosterior, raw_users: Sequence[Any], inner_users: np.ndarray,
                rated: list[np.ndarray], n: int, strategy: str, kappa: float | None, random_state: Any,
-               exclude_rated: bool, with_user: bool = True) -> pd.DataFrame:
+               exclude_rated: bool, with_user: bool = True, by_pairs: bool = False) -> pd.DataFrame:
         """Top-N lists of several users as a tidy DataFrame (user, rank, item, est, mean, std, score; without the
         user column for one user's list: ``recommend``);
         ``strategy="auto"``: LCB for the users with fewer than ``AUTO_FEW_RATINGS`` ratings, the mean otherwise."""
@@ -70,7 +72,7 @@ class UserModelMixin:
         if strategy == AUTO:
             strategy = ["lcb" if len(r) < AUTO_FEW_RATINGS else "mean" for r in rated]
         result = top_n(posterior, inner_users, n=n, strategy=strategy, kappa=kappa,
-                       exclude=rated if exclude_rated else None, random_state=random_state)
+                       exclude=rated if exclude_rated else None, random_state=random_state, by_pairs=by_pairs)
         valid = result.items >= 0
         rows, ranks = np.nonzero(valid)
         users = np.asarray(list(raw_users), dtype=object)

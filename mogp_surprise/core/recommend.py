@@ -60,7 +60,7 @@ def draw_generator(random_state: Any, device: torch.device) -> torch.Generator:
 def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: str | Sequence[str] = "mean",
           kappa: float | None = None,
           exclude: Sequence[np.ndarray] | None = None, chunk_size: int | None = None,
-          random_state: Any = None) -> TopN:
+          random_state: Any = None, by_pairs: bool = False) -> TopN:
     """Rank every item for each user of a (user, item) model.
 
     Each user's catalogue is scored in one product (:meth:`~.posterior.MWGPPosterior.catalogue_moments`;
@@ -87,6 +87,11 @@ def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: st
         (user, item) pairs whose predictive is reported at once; defaults to the posterior's ``chunk_size``.
     random_state : None, int or numpy Generator
         The draws of ``"thompson"`` (None: fresh entropy, so that repeated calls explore).
+    by_pairs : bool
+        Report the chosen items' predictive one pair at a time (:meth:`~.posterior.MWGPPosterior.predict_pair`:
+        exactly what ``predict`` gives for one pair, in float64), for a list or two of a posterior that serves
+        single pairs anyway (ten pairs of ML-1M: 0.18 against 0.53 ms; its first use builds the pair predictor,
+        about 13 ms); else in one batch.
     """
     strategies = [strategy] * len(np.atleast_1d(users)) if isinstance(strategy, str) else list(strategy)
     for one in (strategies or ["mean"]):
@@ -132,7 +137,11 @@ def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: st
         best_score, best = torch.stack(best_scores), torch.stack(bests)
         valid = torch.isfinite(best_score)
         chosen = torch.stack([torch.as_tensor(block, device=device).repeat_interleave(width), best.reshape(-1)], 1)
-        best_mean, best_var = posterior.moments(chosen)
+        if by_pairs:
+            pairs = [posterior.predict_pair(pair) for pair in chosen.tolist()]
+            best_mean, best_var = (torch.tensor(values, dtype=torch.float64, device=device) for values in zip(*pairs))
+        else:
+            best_mean, best_var = posterior.moments(chosen)
         rows = slice(start, start + b)
         out_items[rows] = best.masked_fill(~valid, -1).cpu().numpy()
         best_mean, best_std = best_mean.view(b, width), best_var.sqrt().view(b, width)

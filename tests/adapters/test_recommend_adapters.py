@@ -27,6 +27,9 @@ def test_surprise_recommend_excludes_rated_and_matches_predict_dist(fitted_pair)
     mean, var = algo.predict_dist([uid] * 5, list(top["item"]))
     np.testing.assert_allclose(top["mean"], mean, rtol=1e-5)
     np.testing.assert_allclose(top["score"], mean - np.sqrt(var), rtol=1e-5)
+    one = np.array([algo.predict_dist(uid, iid) for iid in top["item"]])  # one list: exactly what one pair gives
+    np.testing.assert_array_equal(top["mean"], one[:, 0])
+    np.testing.assert_array_equal(top["std"], np.sqrt(one[:, 1]))
     unseen = {ts.to_raw_iid(i) for i in range(ts.n_items)} - rated
     scores = {iid: algo.predict_dist(uid, iid) for iid in unseen}
     best = max(unseen, key=lambda i: scores[i][0] - np.sqrt(scores[i][1]))

@@ -93,3 +93,26 @@ def test_one_strategy_per_user(posterior):
         np.testing.assert_allclose(mixed.score[row], alone.score[0])
     with pytest.raises(ValueError, match="one strategy or one per user"):
         top_n(posterior, users, strategy=["lcb"])
+
+
+@pytest.mark.parametrize("strategy", ["mean", "lcb", "thompson"])
+def test_lists_by_pairs_report_what_predict_pair_gives(posterior, strategy):
+    """``by_pairs``: the same items, their mean and std exactly those of one pair's prediction (float64), the batch's
+    up to float32 rounding; the score formed from them as in a batch."""
+    users = np.array([3, -1])
+    pairs = top_n(posterior, users, n=7, strategy=strategy, by_pairs=True, random_state=0,
+                  exclude=[np.array([1, 2]), np.array([], dtype=np.int64)])
+    batch = top_n(posterior, users, n=7, strategy=strategy, by_pairs=False, random_state=0,
+                  exclude=[np.array([1, 2]), np.array([], dtype=np.int64)])
+    np.testing.assert_array_equal(pairs.items, batch.items)
+    assert not np.isin(pairs.items[0], [1, 2]).any()
+    for row, user in enumerate(users):
+        one = np.array([posterior.predict_pair((int(user), int(item))) for item in pairs.items[row]])
+        np.testing.assert_array_equal(pairs.mean[row], one[:, 0])
+        np.testing.assert_array_equal(pairs.std[row], np.sqrt(one[:, 1]))
+    np.testing.assert_allclose(pairs.mean, batch.mean, rtol=1e-5)
+    np.testing.assert_allclose(pairs.std, batch.std, rtol=1e-4)
+    if strategy == "lcb":
+        np.testing.assert_array_equal(pairs.score, pairs.mean - pairs.std)
+    if strategy == "thompson":  # the draw ranks and scores
+        np.testing.assert_array_equal(pairs.score, batch.score)
