@@ -309,14 +309,20 @@ class MWGPPosterior:
             if not isinstance(level, (int, np.integer)) or not -1 <= level < n_levels:
                 raise ValueError(f"`index[{f}]` must be an integer in [-1, {n_levels}) (-1 = unseen in "
                                  f"training), got {level!r}")
-        predictor = self.__dict__.get("_pair_predictor", False)
-        if predictor is False:  # in float64 whatever the posterior's dtype (module docstring of .serving)
-            exact = self if self.dtype == torch.float64 else self.to(device="cpu", dtype=torch.float64)
-            predictor = self._pair_predictor = pair_predictor(exact.state, exact.psi, exact._standardised_one)
+        predictor = self.pair_path()
         if predictor is None:
             mean, var = self.predict(np.array([index], dtype=np.int64), include_noise)
             return float(mean[0]), float(var[0])
         return predictor(tuple(int(level) for level in index), include_noise)
+
+    def pair_path(self):
+        """:meth:`predict_pair`'s own path (a :class:`~.serving.PairPredictor`, built at the first call), or None
+        where a term's ``combine`` needs torch and one pair takes the batched path."""
+        predictor = self.__dict__.get("_pair_predictor", False)
+        if predictor is False:  # in float64 whatever the posterior's dtype (module docstring of .serving)
+            exact = self if self.dtype == torch.float64 else self.to(device="cpu", dtype=torch.float64)
+            predictor = self._pair_predictor = pair_predictor(exact.state, exact.psi, exact._standardised_one)
+        return predictor
 
     def _standardised_one(self, index: tuple[int, ...]) -> tuple[Tensor, Tensor, Tensor]:
         moments = self.standardised_moments(torch.tensor([index], dtype=torch.long, device=self.device))

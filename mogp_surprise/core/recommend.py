@@ -91,7 +91,7 @@ def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: st
         Report the chosen items' predictive one pair at a time (:meth:`~.posterior.MWGPPosterior.predict_pair`:
         exactly what ``predict`` gives for one pair, in float64), for a list or two of a posterior that serves
         single pairs anyway (ten pairs of ML-1M: 0.18 against 0.53 ms; its first use builds the pair predictor,
-        about 13 ms); else in one batch.
+        about 13 ms); else, and where one pair would take the batched path anyway, in one batch.
     """
     strategies = [strategy] * len(np.atleast_1d(users)) if isinstance(strategy, str) else list(strategy)
     for one in (strategies or ["mean"]):
@@ -137,7 +137,7 @@ def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: st
         best_score, best = torch.stack(best_scores), torch.stack(bests)
         valid = torch.isfinite(best_score)
         chosen = torch.stack([torch.as_tensor(block, device=device).repeat_interleave(width), best.reshape(-1)], 1)
-        if by_pairs:
+        if by_pairs and posterior.pair_path() is not None:
             pairs = [posterior.predict_pair(pair) for pair in chosen.tolist()]
             best_mean, best_var = (torch.tensor(values, dtype=torch.float64, device=device) for values in zip(*pairs))
         else:

@@ -128,15 +128,16 @@ def with_posterior_variances(rows: HeldOutNoise, module: MWGPModule, kept: Tenso
     """``rows`` (:func:`validation_scores` at the run's best epoch) with the latent variance that the fitted posterior
     adds to a known pair besides the GP's and the variational one: the Laplace variances of the biases, the GP's
     inputs and the other terms' rows (:mod:`.laplace`), as the final fit will form them, here at the end of the run.
-    Without them the noise absorbed the levels' uncertainty that the posterior then added again (one user with two
-    thirds of 4,500 generated ratings, the light users' noise 1.11 against a true 0.77 and their 90 % intervals
-    covering 0.995). Formed as the final fit forms them: under the noise scaled by the calibration without them
-    (this run's module keeps that noise: early stopping's runs are not used after their search), and with the
-    held-out tuples ``held`` counted as training tuples (the final fit trains on them; a level with one kept and
-    one held-out rating has two at the end: counted with one, a sparse catalogue's test ratings were covered 0.874
-    instead of 0.884). ``kept``: the run's training tuples in the order it was initialised on them; ``known``:
-    which held-out tuples ``rows`` holds (:func:`known_rows`); ``config``: the run's :class:`~.config.MWGPConfig`;
-    ``posterior_of``: :meth:`~.posterior.MWGPPosterior.from_module` (the posterior is above this module)."""
+    Without them the noise absorbed the levels' uncertainty that the posterior then added again (a bias-only world
+    of 1,500 users x 5 ratings over 3,000 items: the noise 1.69 times the true one, 90 % intervals covering 0.951 of
+    known test pairs; with them 1.03 times and 0.898). Formed as the final fit forms them: under the noise scaled by
+    the calibration without them (this run's module keeps that noise: early stopping's runs are not used after their
+    search), and with the held-out tuples ``held`` counted as training tuples (the final fit trains on them; a level
+    with one kept and one held-out rating has two at the end: counted with one, a sparse catalogue's test ratings
+    were covered 0.874 instead of 0.884). ``kept``: the run's training tuples in the order it was initialised on
+    them; ``known``: which held-out tuples ``rows`` holds (:func:`known_rows`); ``config``: the run's
+    :class:`~.config.MWGPConfig`; ``posterior_of``: :meth:`~.posterior.MWGPPosterior.from_module` (the posterior is
+    above this module)."""
     jitter, chunk_size = config.jitter, config.chunk_size
     module.scale_noise(*noise_calibration(*rows))
     laplace = laplace_variances(module, kept, jitter, chunk_size, training=True, extra=held)
