@@ -39,7 +39,11 @@ def _small_ratings(name: str = "ml-100k", *args, **kwargs) -> pd.DataFrame:
         df = load_ratings(name, *args, **kwargs)
     except (FileNotFoundError, OSError):
         df = make_synthetic_ratings(n_users=300, n_items=400, n_ratings=1_200, random_state=0)
-        return df.assign(user=df["user"].str[1:], item=df["item"].str[1:])  # "u12" -> "12", as MovieLens
+        df = df.assign(user=df["user"].str[1:], item=df["item"].str[1:])  # "u12" -> "12", as MovieLens
+        # every item id the docs name ("121", ...) rated at least once, as in MovieLens: one more rating each
+        unrated = sorted(set(map(str, range(1, 401))) - set(df["item"]), key=int)
+        extra = df.sample(n=len(unrated), replace=True, random_state=1).assign(item=unrated)
+        return pd.concat([df, extra], ignore_index=True).drop_duplicates(["user", "item"])
     return df.sample(n=1_200, random_state=0).reset_index(drop=True)
 
 
