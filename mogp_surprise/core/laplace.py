@@ -36,6 +36,13 @@ from .terms import Rows
 LaplaceVariances = dict[tuple[str, str], Tensor]
 
 
+def variational_tables(module: MWGPModule) -> set[tuple[str, str]]:
+    """(term name, table name) of every table with a variational posterior of its own (its variance is that
+    posterior's, no Gauss-Newton pass's)."""
+    return {(term.name, spec.variance_of) for term in module.terms for spec in term.specs.values()
+            if spec.variance_of is not None}
+
+
 def laplace_variances(module: MWGPModule, index: Tensor, jitter: float, chunk_size: int = 65536,
                       training: bool = False, extra: Tensor | None = None) -> LaplaceVariances:
     """The diagonal Laplace variance of every row of every table with ``laplace=True`` (module docstring),
@@ -45,8 +52,7 @@ def laplace_variances(module: MWGPModule, index: Tensor, jitter: float, chunk_si
         terms = module.gp.whitened_terms(jitter)
         tables = {key: t.detach() for key, t in module.effective_tables().items()}
         kernel, z, w = module.gp.kernel(), module.gp.inducing.detach(), terms.w
-    variational = {(term.name, spec.variance_of) for term in module.terms for spec in term.specs.values()
-                   if spec.variance_of is not None}
+    variational = variational_tables(module)
     wanted = [(term, spec) for term in module.terms for spec in term.direct_tables
               if spec.laplace and (term.name, spec.name) not in variational]
     prec = {(term.name, spec.name): torch.zeros_like(tables[(term.name, spec.name)]) for term, spec in wanted}

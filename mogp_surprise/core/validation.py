@@ -41,7 +41,7 @@ from typing import Any, Callable, NamedTuple
 import torch
 from torch import Tensor
 
-from .laplace import laplace_variances
+from .laplace import laplace_variances, variational_tables
 from .model import MWGPModule
 from .predictive import predictive
 from .rows import Batch
@@ -141,8 +141,7 @@ def with_posterior_variances(rows: HeldOutNoise, module: MWGPModule, kept: Tenso
     jitter, chunk_size = config.jitter, config.chunk_size
     module.scale_noise(*noise_calibration(*rows))
     laplace = laplace_variances(module, kept, jitter, chunk_size, training=True, extra=held)
-    variational = {key: laplace[key] for key in ((term.name, spec.variance_of) for term in module.terms
-                                                 for spec in term.specs.values() if spec.variance_of is not None)}
+    variational = {key: laplace[key] for key in variational_tables(module)}
     pairs, latent = held[known], []
     for variances in (laplace, variational):
         post = posterior_of(module, 0.0, 1.0, jitter, chunk_size, laplace=variances,

@@ -184,7 +184,7 @@ class Neighbourhood(Term):
         with_var = weight_var is not None and offset_var is not None
         if user < 0 or item < 0:  # no pair inputs: nothing added
             return 0.0, 0.0 if with_var else None
-        added = extras.get("added_keys")
+        added = extras.get("added_keys")  # (the arrays as they are, not through _kernel_graphs: 0.5 of a 22 us call)
         mean, var = kernel(extras["graph_keys"], extras["graph_residuals"], _NO_KEYS if added is None else added,
                            _NO_VALUES if added is None else extras["added_residuals"], extras["neighbours"], weight,
                            offset, weight_var if with_var else _NO_ROWS, offset_var if with_var else _NO_ROWS, user,
@@ -204,8 +204,8 @@ class Neighbourhood(Term):
         with_var = variance and weight.var is not None and offset.var is not None
         start, slots = _inverse_neighbours(neighbours)
         mean, var = np.empty(self.n_levels[1]), np.empty(self.n_levels[1] if with_var else 0)
-        kernel(*_kernel_graphs(_graphs(extras)), neighbours.numpy(), start, slots, weight.value.detach().numpy(), offset.value.detach().numpy(),
-               weight.var.detach().numpy() if with_var else _NO_ROWS,
+        kernel(*_kernel_graphs(_graphs(extras)), neighbours.numpy(), start, slots, weight.value.detach().numpy(),
+               offset.value.detach().numpy(), weight.var.detach().numpy() if with_var else _NO_ROWS,
                offset.var.detach().numpy() if with_var else _NO_ROWS, user, mean, var)
         dtype = weight.value.dtype
         return torch.from_numpy(mean).to(dtype), torch.from_numpy(var).to(dtype) if with_var else None
