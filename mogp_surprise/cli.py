@@ -112,7 +112,7 @@ def _fit(args: argparse.Namespace) -> int:
     from .adapters.surprise_algo import MWGP
     from .core.config import MWGPConfig
     from .core.distributed import DistributedError, init_from_env, launched_by_torchrun, shutdown
-    from .datasets import DATASETS, load_item_titles, load_ratings, to_surprise_dataset
+    from .datasets import DATASETS, load_item_titles, load_ratings, read_ratings_file, to_surprise_dataset
 
     if args.resume and not args.checkpoint:
         raise ValueError("--resume needs --checkpoint FILE (the checkpoint to continue from)")
@@ -128,7 +128,7 @@ def _fit(args: argparse.Namespace) -> int:
                 logging.getLogger().setLevel(logging.ERROR)
         say = print if main_rank else (lambda *a, **k: None)
         if args.ratings:
-            df = _read_ratings_file(args.ratings, args.sep)
+            df = read_ratings_file(args.ratings, args.sep)
             scale = tuple(args.rating_scale) if args.rating_scale else (float(df.rating.min()), float(df.rating.max()))
             titles, source = None, f"{args.ratings} ({len(df):,} ratings)"
         else:
@@ -162,25 +162,6 @@ def _fit(args: argparse.Namespace) -> int:
           f"training RMSE {np.sqrt(np.mean((est - y) ** 2)):.4f}, MAE {np.mean(np.abs(est - y)):.4f}. "
           f"Saved to {args.out}")
     return 0
-
-
-def _read_ratings_file(path: str, sep: str):
-    """user, item, rating[, ...] rows of a text file (ids kept as strings); a header row is skipped."""
-    import pandas as pd
-
-    df = pd.read_csv(path, sep=sep, header=None, dtype=str, engine="python", skip_blank_lines=True)
-    if df.shape[1] < 3:
-        raise ValueError(f"{path}: expected at least 3 columns (user, item, rating) separated by {sep!r}, got "
-                         f"{df.shape[1]}; pass --sep")
-    df = df.iloc[:, :3].set_axis(["user", "item", "rating"], axis=1)
-    ratings = pd.to_numeric(df["rating"], errors="coerce")
-    if len(df) and np.isnan(ratings.iloc[0]):  # a header row
-        df, ratings = df.iloc[1:], ratings.iloc[1:]
-    bad = ratings.isna() | ~np.isfinite(ratings)
-    if bad.any():
-        row = int(np.flatnonzero(bad.to_numpy())[0])
-        raise ValueError(f"{path}: {int(bad.sum())} rating(s) are not numbers (first: {df['rating'].iloc[row]!r})")
-    return df.assign(user=df["user"].str.strip(), item=df["item"].str.strip(), rating=ratings.astype(float))
 
 
 def _resolve(known, raw: str):
@@ -290,6 +271,15 @@ def _data_options(parser: argparse.ArgumentParser, what: str = "folder holding t
                                                        "(None: the defaults)")
 
 
+class _Extend(argparse.Action):
+    """A list option given more than once adds up (``--rate 50=5 --rate 100=4``), instead of keeping the last;
+    the first use replaces the default (argparse's "extend" would add to it)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        given = getattr(namespace, self.dest)
+        setattr(namespace, self.dest, ([] if given is self.default else list(given)) + list(values))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mogp-surprise", description="Uncertainty-aware recommenders (MW-GP).",
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -302,14 +292,15 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0, help="seed of the split and of both models")
     demo.set_defaults(func=_demo)
 
-    from .comparison.run import ALGORITHMS  # light: algorithms are imported when they run
+    from .comparison.algorithms import ALGORITHMS  # light: each algorithm is imported when it is built
 
     cmp_ = sub.add_parser("compare", help="the paper's experiment: algorithms side by side on identical CV folds",
                           **fmt)
     cmp_.add_argument("--dataset", default="ml-100k", choices=["ml-100k", "ml-1m", "ml-10m", "jester"],
                       help="rating data set")
     cmp_.add_argument("--folds", type=int, default=5, help="number of cross-validation folds")
-    cmp_.add_argument("--algos", nargs="+", default=["mwgp", "svd", "svdpp"], choices=sorted(ALGORITHMS),
+    cmp_.add_argument("--algos", nargs="+", action=_Extend, default=["mwgp", "svd", "svdpp"],
+                      choices=sorted(ALGORITHMS),
                       help="mwgp, mwgp_paper (the paper's model), svd (BiasedMF), svd8 (n_factors=8), svdpp, "
                            "myfm (needs the myfm extra), myfm_flipped (myFM with implicit features on both sides; "
                            "myfm extra), bgplvm (the Bayesian GPLVM; needs the bgplvm extra)")
@@ -321,7 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="a test rating >= R is relevant (None: 3/4 of the way up the rating scale, 4 on 1-5)")
     _data_options(cmp_)
     cmp_.add_argument("--allow-synthetic", action="store_true", help="fall back to synthetic data if none found")
-    cmp_.add_argument("--reuse", nargs="+", default=None, metavar="ALGO",
+    cmp_.add_argument("--reuse", nargs="+", action=_Extend, default=None, metavar="ALGO",
                       help="take these algorithms' per-fold results from an earlier run on the same folds "
                            "instead of fitting them again")
     cmp_.add_argument("--reuse-from", default=None, metavar="DIR",
@@ -361,7 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--seed", type=int, default=None, help="seed of the thompson draw (None: a fresh one)")
     rec.add_argument("--kappa", type=float, default=None, help="lcb/ucb: mean -/+ kappa std (default 1); "
                      "thompson: the draw's spread times kappa (default 0.5)")
-    rec.add_argument("--rate", nargs="+", default=None, metavar="ITEM=RATING",
+    rec.add_argument("--rate", nargs="+", action=_Extend, default=None, metavar="ITEM=RATING",
                      help="the user's ratings to fold in for this ranking (no refit)")
     rec.set_defaults(func=_recommend)
 
@@ -369,7 +360,8 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--model", required=True, help="a model file written by `mogp-surprise fit` or MWGP.save")
     ask.add_argument("--user", required=True, help="raw user id (new or known)")
     ask.add_argument("-n", type=int, default=5, help="number of questions")
-    ask.add_argument("--rate", nargs="+", default=None, metavar="ITEM=RATING", help="the answers so far (no refit)")
+    ask.add_argument("--rate", nargs="+", action=_Extend, default=None, metavar="ITEM=RATING",
+                     help="the answers so far (no refit)")
     ask.set_defaults(func=_ask)
 
     pred = sub.add_parser("predict", help="predicted rating of one user and item, with its std and interval", **fmt)

@@ -208,6 +208,33 @@ def test_cli_recommend_shows_titles_std_and_intervals_and_folds_in(saved_model, 
     assert "not in the training data: ['nope']" in capsys.readouterr().err
 
 
+def test_a_list_option_given_more_than_once_adds_up(saved_model, capsys):
+    """`--rate 1=5 --rate 2=1` folds in both ratings (argparse's default kept only the last); a list option's
+    default is replaced, not added to."""
+    from mogp_surprise.cli import build_parser
+
+    parse = build_parser().parse_args
+    assert parse(["compare"]).algos == ["mwgp", "svd", "svdpp"]
+    assert parse(["compare", "--algos", "svd", "--algos", "mwgp", "svdpp"]).algos == ["svd", "mwgp", "svdpp"]
+    assert parse(["compare", "--reuse", "svd", "--reuse", "myfm"]).reuse == ["svd", "myfm"]
+    assert parse(["ask", "--model", "m", "--user", "u", "--rate", "1=5", "--rate", "2=1"]).rate == ["1=5", "2=1"]
+    assert main(["recommend", "--model", str(saved_model), "--user", "stranger", "-n", "3",
+                 "--rate", "1=5", "--rate", "2=1", "3=4"]) == 0
+    assert "3 rating(s) folded in (not in the training data)" in capsys.readouterr().out
+    assert main(["recommend", "--model", str(saved_model), "--user", "x", "--rate", "1=5", "--rate", "1=4"]) == 2
+    assert "--rate gives an item more than once" in capsys.readouterr().err
+
+
+def test_the_parser_does_not_load_the_evaluation_stack():
+    """A serving command's parser reads the algorithms' names only (each command imports what it runs)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from mogp_surprise.cli import build_parser; build_parser(); "
+            "print(sorted(m for m in ('scipy', 'torch', 'mogp_surprise.evaluation', 'surprise') if m in sys.modules))")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
+
+
 def test_cli_ask_lists_questions_with_titles_and_folds_in_answers(saved_model, capsys):
     from mogp_surprise import MWGP
 

@@ -346,3 +346,22 @@ def load_item_titles(name: str, data_dir: PathLike | None = None) -> dict[str, s
             if len(parts) >= 2 and parts[0].strip():
                 titles[parts[0].strip()] = parts[1].strip()
     return titles
+
+
+def read_ratings_file(path: PathLike, sep: str = ",") -> pd.DataFrame:
+    """``user, item, rating[, ...]`` rows of a text file (the command line's ``fit --ratings``): ids kept as
+    stripped strings, ratings as floats; a header row is skipped; a rating that is not a number is an error
+    naming the file, the count and the first one."""
+    df = pd.read_csv(path, sep=sep, header=None, dtype=str, engine="python", skip_blank_lines=True)
+    if df.shape[1] < 3:
+        raise ValueError(f"{path}: expected at least 3 columns (user, item, rating) separated by {sep!r}, got "
+                         f"{df.shape[1]}; pass --sep")
+    df = df.iloc[:, :3].set_axis(["user", "item", "rating"], axis=1)
+    ratings = pd.to_numeric(df["rating"], errors="coerce")
+    if len(df) and np.isnan(ratings.iloc[0]):  # a header row
+        df, ratings = df.iloc[1:], ratings.iloc[1:]
+    bad = ratings.isna() | ~np.isfinite(ratings)
+    if bad.any():
+        row = int(np.flatnonzero(bad.to_numpy())[0])
+        raise ValueError(f"{path}: {int(bad.sum())} rating(s) are not numbers (first: {df['rating'].iloc[row]!r})")
+    return df.assign(user=df["user"].str.strip(), item=df["item"].str.strip(), rating=ratings.astype(float))
