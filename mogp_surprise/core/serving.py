@@ -118,11 +118,9 @@ class PairPredictor:
 
     def standardised(self, index: tuple[int, ...]) -> tuple[float, float, float]:
         """Mean, latent variance and noise variance of one index tuple in standardised units."""
-        index = list(index)
         if self.cold_users is not None and index[0] >= 0 and self.cold_users[index[0]]:
-            index[0] = -1
-        pattern = sum(1 << f for f in range(self.n_factors) if index[f] < 0)
-        if not pattern:  # known levels: every term's pair_combine in floats, where each has one
+            index = (-1, *index[1:])
+        if min(index) >= 0:  # known levels: every term's pair_combine in floats, where each has one
             parts = PairParts(self._global_mean, self._log_noise_base, self.n_factors)
             for term, _, pairs, by_name in self.terms:
                 if not term.pair_combine(index, by_name, pairs, parts):
@@ -130,6 +128,7 @@ class PairPredictor:
             else:
                 mean, var, noise = predictive(parts, *self._gp_moments(parts.inputs, 0))
                 return float(mean), max(float(var), self.floor), float(noise)
+        pattern = sum(1 << f for f in range(self.n_factors) if index[f] < 0)
         parts = RatingParts(mean=self.global_mean, log_noise_base=self.log_noise_base,
                             inputs=[None] * self.n_factors)
         for term, tables, pairs, by_name in self.terms:

@@ -88,6 +88,9 @@ def test_known_levels_take_every_terms_pair_combine_and_no_combine(default_fit, 
     assert combined == [] and len(pair_combined) == len(post.state.terms) and all(pair_combined)
     post.predict_pair((-1, 4))
     assert len(combined) == len(post.state.terms) and len(pair_combined) == len(post.state.terms)
+    # numpy integers and a list take the same path to the same values as Python ints
+    assert post.predict_pair([np.int64(3), np.int32(4)]) == post.predict_pair((3, 4))
+    assert post.predict_pair((np.int64(-1), 4)) == post.predict_pair((-1, 4))
 
 
 def _counting(method: Any, calls: list) -> Any:
