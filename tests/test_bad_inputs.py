@@ -649,6 +649,10 @@ TABLE = [
                                 ([(int(DF.item[0]), 3.0)] * 2, r"more than once", "duplicate-item"),
                                 ({int(DF.item[0]): float("nan")}, r"must be finite", "nan-rating"),
                                 ("50", r"must be a dict", "str-ratings"))],
+    *[row(lambda c, api=api, u=u: copy.deepcopy(c.su if api == "surprise" else c.sk).fold_in(u, {int(DF.item[0]): 3.0}),
+          Raises(ValueError, r"the user id to fold in must not be None/NaN, as in the training data"),
+          f"foldin/{api}/{label}-user-id")
+      for api in ADAPTERS for u, label in ((None, "None"), (float("nan"), "NaN"))],
     row(lambda c: c.su.recommend("new", ratings={int(DF.item[0]): 3.0}, kappa=-1.0),
         Raises(ValueError, r"`kappa` must be None or a finite number >= 0"), "foldin/surprise/kappa<0"),
     row(lambda c: c.sk.recommend("new", n=0, ratings={int(DF.item[0]): 3.0}),

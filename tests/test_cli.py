@@ -59,6 +59,15 @@ def test_cli_compare_ranking_options_and_the_flipped_myfm(tiny_ml100k, tmp_path,
     assert json.loads((out / "results.json").read_text())["settings"]["rank_threshold"] == 3.5
 
 
+def test_compare_checks_the_results_to_reuse_before_any_fit(tiny_ml100k, tmp_path, capsys, monkeypatch):
+    import mogp_surprise.comparison as comparison
+
+    monkeypatch.setattr(comparison, "compare", lambda *a, **k: pytest.fail("fitted before checking --reuse-from"))
+    base = ["compare", "--dataset", "ml-100k", "--data-dir", str(tiny_ml100k), "--algos", "mwgp", "--reuse", "svd"]
+    assert main([*base, "--reuse-from", str(tmp_path / "nowhere")]) == 2
+    assert "does not hold comparison results" in capsys.readouterr().err
+
+
 def test_cli_demo_on_data(tiny_ml100k, capsys):
     """(Without data: test_demo_without_data_says_once_where_it_looked.)"""
     assert main(["demo", "--data-dir", str(tiny_ml100k), "--quick", "--no-download"]) == 0
@@ -164,9 +173,47 @@ def test_cli_fit_reads_a_ratings_file(tmp_path, capsys):
     out = capsys.readouterr().out
     assert rc == 0 and "Trained on 600 ratings in" in out and "training RMSE" in out
     assert "rating scale 1..5" in out
+    assert "(the first row is a header, skipped: user, item, rating)" in out
     (tmp_path / "bad.csv").write_text("u1,i1,3\nu2,i2,good\nu3,i1,4\n")
     assert main(["fit", "--ratings", str(tmp_path / "bad.csv"), "--out", str(tmp_path / "b.pt")]) == 2
     assert "not numbers (first: 'good')" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content, args, message", [
+    ("u1,i1,4\nu2,i1,4\nu2,i2,4\n", [], "every rating in {f} is 4, so the file does not show the rating scale; "
+                                        "give it with --rating-scale LOW HIGH"),
+    ("user,item,rating\n", [], "{f} holds no ratings"),
+    ("", [], "{f} is empty: expected rows of user, item, rating"),
+    ("u1,i1,4\nu2,,3\n", [], "{f}: 1 row(s) have an empty user or item id (first: 'u2,,3')"),
+    ("u1,i1,4\nu2,i2,3\n", ["--params", "{n_epochs: 2}"], "--params is not valid JSON"),
+    ("u1,i1,4\nu2,i2,3\n", ["--params", "[1, 2]"], "--params must be a JSON object of hyper-parameters"),
+    ("u1,i1,4\nu2,i2,3\n", ["--out", "{d}"], "cannot save the model to '{d}': it is a folder"),
+    ("u1,i1,4\nu2,i2,3\n", ["--out", "{d}/no/m.pt"], "cannot save the model to '{d}/no/m.pt': the folder"),
+])
+def test_cli_fit_refuses_what_it_cannot_fit_or_save_before_fitting(tmp_path, capsys, monkeypatch, content, args,
+                                                                    message):
+    """One line naming the problem and exit code 2, and no fit started (it would be lost at the end)."""
+    from mogp_surprise.adapters import surprise_algo
+
+    monkeypatch.setattr(surprise_algo.MWGP, "fit", lambda *a, **k: pytest.fail("fitted"))
+    (tmp_path / "r.csv").write_text(content)
+    args = [a.replace("{d}", str(tmp_path)) for a in args]
+    argv = ["fit", "--ratings", str(tmp_path / "r.csv"), "--out", str(tmp_path / "m.pt"), *args]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    expected = message.replace("{f}", str(tmp_path / "r.csv")).replace("{d}", str(tmp_path))
+    assert err.startswith("error: ") and err.count("\n") == 1 and expected in err
+
+
+def test_cli_reports_a_diverged_fit_and_verbose_in_params_in_one_line(tmp_path, capsys):
+    lines = [f"u{k % 30},i{k % 17},{1 + k % 5}" for k in range(600)]
+    (tmp_path / "r.csv").write_text("\n".join(lines))
+    fit = ["fit", "--ratings", str(tmp_path / "r.csv"), "--out", str(tmp_path / "m.pt"), "--no-progress", "--params"]
+    assert main([*fit, '{"n_epochs": 2, "early_stopping": false, "lr": 1e9}']) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the training loss became") and err.count("\n") == 1
+    assert not (tmp_path / "m.pt").exists()
+    assert main([*fit, '{"n_epochs": 2, "n_inducing": 8, "verbose": false}']) == 0  # a hyper-parameter like any other
 
 
 def test_cli_fit_checkpoints_and_resumes(tmp_path, capsys):
@@ -222,7 +269,7 @@ def test_a_list_option_given_more_than_once_adds_up(saved_model, capsys):
                  "--rate", "1=5", "--rate", "2=1", "3=4"]) == 0
     assert "3 rating(s) folded in (not in the training data)" in capsys.readouterr().out
     assert main(["recommend", "--model", str(saved_model), "--user", "x", "--rate", "1=5", "--rate", "1=4"]) == 2
-    assert "--rate gives an item more than once" in capsys.readouterr().err
+    assert "--rate gives the item '1' more than once" in capsys.readouterr().err
 
 
 def test_the_parser_does_not_load_the_evaluation_stack():
@@ -261,6 +308,22 @@ def test_cli_predict_prints_mean_std_and_interval(saved_model, capsys):
     assert f"{mean:.2f}" in line and f"{np.sqrt(var):.2f}" in line and "Movie number 2" in line
     assert main(["predict", "--model", str(saved_model), "--user", "nobody", "--item", "2"]) == 0
     assert "user nobody is not in the model (cold start)" in capsys.readouterr().out
+    assert main(["predict", "--model", str(saved_model), "--user", " 1 ", "--item", "2 "]) == 0  # as a file's ids
+    assert capsys.readouterr().out.splitlines()[-1] == line
+    assert main(["predict", "--model", str(saved_model), "--user=--5", "--item", "2"]) == 0  # no int twin
+    assert "user --5 is not in the model (cold start)" in capsys.readouterr().out
+
+
+def test_the_printed_interval_stays_within_the_scale_at_both_ends(capsys):
+    """A mean above the scale (a model fitted on ratings beyond its Reader's scale) printed [5.76, 5.00]."""
+    from types import SimpleNamespace
+
+    from mogp_surprise.cli.serving import _print_rows
+
+    algo = SimpleNamespace(trainset=SimpleNamespace(rating_scale=(1, 5)), item_names_=None)
+    _print_rows(algo, pd.DataFrame({"item": ["a", "b", "c"], "mean": [8.0, -2.0, 3.0], "std": [0.5, 0.3, 1.0]}))
+    rows = [line.split(None, 3)[1:] for line in capsys.readouterr().out.splitlines()[1:]]
+    assert rows == [["5.00", "0.50", "[5.00, 5.00]"], ["1.00", "0.30", "[1.00, 1.00]"], ["3.00", "1.00", "[1.36, 4.64]"]]
 
 
 def test_cli_predict_on_a_model_with_int_ids(tmp_path, capsys):

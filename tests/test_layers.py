@@ -14,7 +14,7 @@ ALLOWED = {
     "datasets": {"datasets"},
     "adapters": {"core", "adapters"},
     "comparison": {"core", "adapters", "comparison", "evaluation", "datasets"},
-    "cli": {"core", "adapters", "comparison", "evaluation", "datasets"},
+    "cli": {"core", "adapters", "comparison", "evaluation", "datasets", "cli"},
 }
 
 

@@ -207,7 +207,8 @@ def id_twin(value: Any) -> Any:
     """The same id spelt with the other type: ``"196"`` for ``196``, ``196`` for ``"196"``; else None."""
     if isinstance(value, str):
         text = value.strip()
-        return int(text) if text.lstrip("-").isdecimal() else None
+        digits = text[1:] if text.startswith("-") else text  # one sign at most: "--5" is no number
+        return int(text) if digits.isdecimal() else None
     if isinstance(value, (bool, np.bool_)):
         return None
     integral = isinstance(value, (numbers.Integral, np.integer))

@@ -1,6 +1,7 @@
 """What both adapters offer per user, written once: recommend, fold-in and which items to ask a user about."""
 from __future__ import annotations
 
+import math
 import numbers
 import weakref
 from typing import Any, Callable, Sequence
@@ -90,6 +91,8 @@ class UserModelMixin:
 
     def _fold_in(self, user: Any, ratings: Any):
         user = plain_id(user)
+        if user is None or user is pd.NA or (isinstance(user, float) and math.isnan(user)):
+            raise ValueError(f"the user id to fold in must not be None/NaN, as in the training data; got {user!r}")
         post, row, items, values = self._folded(user, ratings)
         self._store_user(user, row, items, values)
         self.posterior_ = post

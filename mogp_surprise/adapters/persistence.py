@@ -6,7 +6,8 @@ device the model was trained on:
 
     {"format": "mogp_surprise", "format_version": 2, "package_version": "...",
      "estimator": "MWGP" | "MWGPRegressor", "hyper_params": {...}, "posterior": {...},
-     "state": {...estimator specific: id maps, rating scale, training pairs for Surprise...}}
+     "state": {...estimator specific: id maps, rating scale, training pairs for Surprise...},
+     "checksum": "<SHA-256 of the rest, checked on load>"}
 
 Older formats are read through explicit migrations (:data:`MIGRATIONS`, one per version step): format 1
 (mogp_surprise 0.1) stored the posterior as a flat dict (migrated by
@@ -15,6 +16,8 @@ added later, which describe a model without the feature (not today's default).
 """
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 from typing import Any
 
@@ -58,7 +61,57 @@ def save_model(estimator: Any, path: str | os.PathLike, state: dict[str, Any]) -
     names = getattr(estimator, "item_names_", None)
     if names is not None:  # optional display names of the items, e.g. movie titles
         payload["item_names"] = {str(k): str(v) for k, v in dict(names).items()}
-    torch.save(payload, os.fspath(path))
+    payload["checksum"] = checksum(payload)
+    target = check_save_path(path)
+    partial = f"{target}.partial-{os.getpid()}"  # written whole, then renamed: a failed save keeps the old file
+    try:
+        torch.save(payload, partial)
+        os.replace(partial, target)
+    except (OSError, RuntimeError) as exc:  # torch reports a failed write as a RuntimeError
+        with contextlib.suppress(OSError):
+            os.remove(partial)
+        raise OSError(f"could not write the model to {target!r}: {exc}") from None
+
+
+def check_save_path(path: str | os.PathLike) -> str:
+    """``path`` as a string once it can name a model file: ``ValueError`` for a folder, ``FileNotFoundError`` for
+    a folder that does not exist (checked before a fit, so that a long fit is not lost at the end)."""
+    target = os.fspath(path)
+    if os.path.isdir(target):
+        raise ValueError(f"cannot save the model to {target!r}: it is a folder; give a file name in it")
+    folder = os.path.dirname(os.path.abspath(target))
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"cannot save the model to {target!r}: the folder {folder!r} does not exist")
+    return target
+
+
+def checksum(payload: dict[str, Any]) -> str:
+    """SHA-256 of a payload's contents (every key but ``checksum``; tensors by dtype, shape and bytes), saved with
+    it so that a file damaged on disk or in transit is refused on load, not served: a flipped byte in a table
+    loads as a NaN or a wrong number that nothing else would catch (files written before it have none and load
+    unchecked)."""
+    digest = hashlib.sha256()
+
+    def feed(value: Any) -> None:
+        if isinstance(value, torch.Tensor):
+            data = value.detach().cpu().contiguous()
+            digest.update(f"T{data.dtype}{tuple(data.shape)}".encode())
+            digest.update(data.reshape(-1).view(torch.uint8).numpy().tobytes())
+        elif isinstance(value, dict):
+            keys = sorted((key for key in value if key != "checksum"), key=repr)
+            digest.update(f"D{len(keys)}".encode())
+            for key in keys:
+                feed(key)
+                feed(value[key])
+        elif isinstance(value, (list, tuple)):
+            digest.update(f"L{len(value)}".encode())
+            for item in value:
+                feed(item)
+        else:
+            digest.update(f"V{type(value).__name__}:{value!r};".encode())
+
+    feed(payload)
+    return digest.hexdigest()
 
 
 def load_payload(path: str | os.PathLike, expected: str) -> dict[str, Any]:
@@ -81,6 +134,9 @@ def load_payload(path: str | os.PathLike, expected: str) -> dict[str, Any]:
     if version < 1:
         raise ValueError(f"{os.fspath(path)!r} uses file format {version}, which this version cannot migrate "
                          f"(supported: 1 to {FORMAT_VERSION})")
+    if "checksum" in payload and payload["checksum"] != checksum(payload):
+        raise ValueError(f"{os.fspath(path)!r} is damaged: its contents do not match the checksum saved with them "
+                         "(the file changed after it was written); save the model again from its source")
     while version < FORMAT_VERSION:
         payload = MIGRATIONS[version](payload)
         version = payload["format_version"]

@@ -350,18 +350,32 @@ def load_item_titles(name: str, data_dir: PathLike | None = None) -> dict[str, s
 
 def read_ratings_file(path: PathLike, sep: str = ",") -> pd.DataFrame:
     """``user, item, rating[, ...]`` rows of a text file (the command line's ``fit --ratings``): ids kept as
-    stripped strings, ratings as floats; a header row is skipped; a rating that is not a number is an error
-    naming the file, the count and the first one."""
-    df = pd.read_csv(path, sep=sep, header=None, dtype=str, engine="python", skip_blank_lines=True)
+    stripped strings (``"NA"`` is an id), ratings as floats. A first row whose rating is not a number is a header:
+    skipped, and kept in ``frame.attrs["header"]``. An empty file, an empty id or a rating that is not a number is
+    an error naming the file."""
+    try:
+        df = pd.read_csv(path, sep=sep, header=None, dtype=str, engine="python", skip_blank_lines=True,
+                         keep_default_na=False)
+    except pd.errors.EmptyDataError:
+        raise ValueError(f"{path} is empty: expected rows of user, item, rating") from None
     if df.shape[1] < 3:
         raise ValueError(f"{path}: expected at least 3 columns (user, item, rating) separated by {sep!r}, got "
                          f"{df.shape[1]}; pass --sep")
     df = df.iloc[:, :3].set_axis(["user", "item", "rating"], axis=1)
     ratings = pd.to_numeric(df["rating"], errors="coerce")
+    header = None
     if len(df) and np.isnan(ratings.iloc[0]):  # a header row
-        df, ratings = df.iloc[1:], ratings.iloc[1:]
+        header, df, ratings = [str(v) for v in df.iloc[0]], df.iloc[1:], ratings.iloc[1:]
     bad = ratings.isna() | ~np.isfinite(ratings)
     if bad.any():
         row = int(np.flatnonzero(bad.to_numpy())[0])
         raise ValueError(f"{path}: {int(bad.sum())} rating(s) are not numbers (first: {df['rating'].iloc[row]!r})")
-    return df.assign(user=df["user"].str.strip(), item=df["item"].str.strip(), rating=ratings.astype(float))
+    users, items = df["user"].str.strip(), df["item"].str.strip()
+    blank = ((users == "") | (items == "")).to_numpy()
+    if blank.any():
+        row = int(np.flatnonzero(blank)[0])
+        raise ValueError(f"{path}: {int(blank.sum())} row(s) have an empty user or item id (first: "
+                         f"{sep.join(df.iloc[row].tolist())!r})")
+    out = df.assign(user=users, item=items, rating=ratings.astype(float))
+    out.attrs["header"] = header
+    return out

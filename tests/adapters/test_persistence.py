@@ -10,6 +10,7 @@ from surprise import dump
 
 from mogp_surprise import MWGP, MWGPRegressor
 from mogp_surprise.adapters import persistence
+from mogp_surprise.adapters.persistence import checksum
 from tests.conftest import FAST, ON_CPU
 
 
@@ -112,9 +113,51 @@ def test_incompatible_files_give_clear_errors(sklearn_model, tmp_path, change, m
     sklearn_model.save(tmp_path / "r.pt")
     payload = torch.load(tmp_path / "r.pt", weights_only=True)
     payload.update(change)
+    payload["checksum"] = checksum(payload)  # as a file written so would carry
     torch.save(payload, tmp_path / "bad.pt")
     with pytest.raises(ValueError, match=match):
         MWGPRegressor.load(tmp_path / "bad.pt")
+
+
+def test_a_damaged_file_is_refused_and_an_older_file_without_a_checksum_loads(surprise_model, synthetic_data,
+                                                                               tmp_path):
+    """A flipped byte in a saved table loaded and served NaN variances (exit code 0 from the CLI)."""
+    algo, testset = surprise_model, synthetic_data.build_full_trainset().build_testset()[:200]
+    algo.save(tmp_path / "m.pt")
+    payload = torch.load(tmp_path / "m.pt", weights_only=True)
+    assert payload["checksum"] == checksum(payload)
+    data = bytearray((tmp_path / "m.pt").read_bytes())
+    table = payload["posterior"]["gp"]["w"].numpy().tobytes()
+    at = bytes(data).find(table[:64])  # the GP's weights, stored uncompressed in the zip archive
+    assert at > 0
+    data[at:at + 8] = b"\xff" * 8
+    (tmp_path / "bad.pt").write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="is damaged: its contents do not match the checksum"):
+        MWGP.load(tmp_path / "bad.pt")
+    del payload["checksum"]  # as written before checksums: loaded as it is
+    torch.save(payload, tmp_path / "old.pt")
+    assert _surprise_outputs(MWGP.load(tmp_path / "old.pt"), testset) == _surprise_outputs(algo, testset)
+
+
+def test_saving_to_a_folder_or_into_a_missing_folder_is_a_clear_error_and_a_failed_save_keeps_the_old_file(
+        surprise_model, tmp_path, monkeypatch):
+    algo = surprise_model
+    with pytest.raises(ValueError, match="it is a folder; give a file name in it"):
+        algo.save(tmp_path)
+    with pytest.raises(FileNotFoundError, match="the folder .* does not exist"):
+        algo.save(tmp_path / "nowhere" / "m.pt")
+    algo.save(tmp_path / "m.pt")
+    before = (tmp_path / "m.pt").read_bytes()
+
+    def broken(obj, f):  # a write that fails half way (a full disk)
+        with open(f, "wb") as out:
+            out.write(b"half a model")
+        raise RuntimeError("[enforce fail at inline_container.cc] file write failed")
+
+    monkeypatch.setattr(persistence.torch, "save", broken)
+    with pytest.raises(OSError, match="could not write the model to .*file write failed"):
+        algo.save(tmp_path / "m.pt")
+    assert (tmp_path / "m.pt").read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["m.pt"]
 
 
 def test_foreign_and_missing_files(tmp_path):

@@ -1,0 +1,6 @@
+"""``python -m mogp_surprise.cli``."""
+import sys
+
+from . import main
+
+sys.exit(main())
