@@ -8,7 +8,7 @@ import logging
 import sys
 from typing import Sequence
 
-from ._args import Extend as _Extend
+from ._args import Extend
 from .experiments import compare_command, demo_command, qp_plot_command
 from .serving import ask_command, fit_command, predict_command, recommend_command
 
@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--dataset", default="ml-100k", choices=["ml-100k", "ml-1m", "ml-10m", "jester"],
                       help="rating data set")
     cmp_.add_argument("--folds", type=int, default=5, help="number of cross-validation folds")
-    cmp_.add_argument("--algos", nargs="+", action=_Extend, default=["mwgp", "svd", "svdpp"],
+    cmp_.add_argument("--algos", nargs="+", action=Extend, default=["mwgp", "svd", "svdpp"],
                       choices=sorted(ALGORITHMS),
                       help="mwgp, mwgp_paper (the paper's model), svd (BiasedMF), svd8 (n_factors=8), svdpp, "
                            "myfm (needs the myfm extra), myfm_flipped (myFM with implicit features on both sides; "
@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="a test rating >= R is relevant (None: 3/4 of the way up the rating scale, 4 on 1-5)")
     _data_options(cmp_)
     cmp_.add_argument("--allow-synthetic", action="store_true", help="fall back to synthetic data if none found")
-    cmp_.add_argument("--reuse", nargs="+", action=_Extend, default=None, metavar="ALGO",
+    cmp_.add_argument("--reuse", nargs="+", action=Extend, default=None, metavar="ALGO",
                       help="take these algorithms' per-fold results from an earlier run on the same folds "
                            "instead of fitting them again")
     cmp_.add_argument("--reuse-from", default=None, metavar="DIR",
@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--seed", type=int, default=None, help="seed of the thompson draw (None: a fresh one)")
     rec.add_argument("--kappa", type=float, default=None, help="lcb/ucb: mean -/+ kappa std (default 1); "
                      "thompson: the draw's spread times kappa (default 0.5)")
-    rec.add_argument("--rate", nargs="+", action=_Extend, default=None, metavar="ITEM=RATING",
+    rec.add_argument("--rate", nargs="+", action=Extend, default=None, metavar="ITEM=RATING",
                      help="the user's ratings to fold in for this ranking (no refit)")
     rec.set_defaults(func=recommend_command)
 
@@ -101,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--model", required=True, help="a model file written by `mogp-surprise fit` or MWGP.save")
     ask.add_argument("--user", required=True, help="raw user id (new or known)")
     ask.add_argument("-n", type=int, default=5, help="number of questions")
-    ask.add_argument("--rate", nargs="+", action=_Extend, default=None, metavar="ITEM=RATING",
+    ask.add_argument("--rate", nargs="+", action=Extend, default=None, metavar="ITEM=RATING",
                      help="the answers so far (no refit)")
     ask.set_defaults(func=ask_command)
 
