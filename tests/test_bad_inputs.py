@@ -660,6 +660,19 @@ TABLE = [
     row(lambda c: copy.deepcopy(c.su).fold_in("new", []),
         Ok(lambda m: m.predict_dist("new", int(DF.item[0])) == m.predict_dist("other", int(DF.item[0]))
            or pytest.fail("not the cold-start answer")), "foldin/surprise/empty-ratings-cold-start"),
+    *[row(lambda c, api=api: (c.su if api == "surprise" else c.sk).recommend_many("196"),
+          Raises(ValueError, r"recommend_many takes a sequence of raw user ids .* got '196'; for one user, recommend"),
+          f"recommend/{api}/recommend_many-of-a-string") for api in ADAPTERS],
+    *[row(lambda c, api=api: (c.su if api == "surprise" else c.sk).recommend(int(DF.user[0]), exclude_rated="no"),
+          Raises(ValueError, r"`exclude_rated` must be True or False, got 'no'"), f"recommend/{api}/exclude_rated-str")
+      for api in ADAPTERS],
+    row(lambda c: c.su.recommend(int(DF.user[0]), strategy="thompson", random_state=-1),
+        Raises(ValueError, r"`random_state` must be None, an int >= 0 or a numpy Generator, got -1"),
+        "recommend/surprise/random_state<0"),
+    row(lambda c: c.su.predict_dist(int(DF.user[0]), int(DF.item[0]), include_noise="no"),
+        Raises(ValueError, r"`include_noise` must be True or False, got 'no'"), "predict/surprise/include_noise-str"),
+    row(lambda c: c.sk.predict_dist(XY, include_noise="no"),
+        Raises(ValueError, r"`include_noise` must be True or False, got 'no'"), "predict/sklearn/include_noise-str"),
     # ---------------------------------------------------------------- prediction ------------------
     row(lambda c: MWGPRegressor(**TINY).predict(XY), Raises(SklearnNotFittedError, r"not fitted yet"),
         "predict/sklearn/predict-before-fit"),

@@ -188,8 +188,8 @@ def check_not_twin(name: str, value: Any, known: Callable[[Any], bool]) -> None:
     twin = id_twin(value)
     if twin is not None and known(twin):
         raise ValueError(f"{name} id {value!r} ({type(value).__name__}) is not in the model, but {twin!r} "
-                         f"({type(twin).__name__}) is; ids are matched by value and type. Pass {twin!r} to fold in "
-                         f"that {name}'s ratings (a new {name} {value!r} would be a second, separate {name})")
+                         f"({type(twin).__name__}) is; ids are matched by value and type. Pass {twin!r} for that "
+                         f"{name} (a new {name} {value!r} would be a second, separate {name})")
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -258,8 +258,8 @@ def warn_id_twins(owner: Any, name: str, values: Sequence[Any], codes: np.ndarra
             n_twins = int(sum(1 for p in unknown if (t := id_twin(values[p])) is not None and known(t)))
             warnings.warn(
                 f"{name} id {value!r} ({type(value).__name__}) is not in the training data, but {twin!r} "
-                f"({type(twin).__name__}) is: ids are matched by value and type, and Surprise's built-in and "
-                f"file data sets hold raw ids as strings. {n_twins} {name} id(s) like this get the cold-start "
+                f"({type(twin).__name__}) is: ids are matched by value and type (ids read from text, as in "
+                f"Surprise's data sets, are strings). {n_twins} {name} id(s) like this get the cold-start "
                 f"(unseen {name}) answer; pass ids of the type used in training.", UserWarning,
                 stacklevel=_caller_level())
             _TWIN_WARNED.setdefault(owner, set()).add(name)

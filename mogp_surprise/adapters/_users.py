@@ -4,11 +4,13 @@ from __future__ import annotations
 import math
 import numbers
 import weakref
+from collections.abc import Iterable
 from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
 
+from ..core.errors import check_bool
 from ..core.posterior import MWGPPosterior
 from ._common import check_not_twin, plain_id
 
@@ -45,6 +47,7 @@ class UserModelMixin:
         from ..core.recommend import check_strategy
 
         check_strategy(strategy, kappa, n, auto=True)  # before the fold-in's work
+        check_bool("exclude_rated", exclude_rated)
         post, row, items, _ = self._folded(user, ratings)
         return self._frame(post, [user], np.array([row]), [items], n, strategy, kappa, random_state,
                            exclude_rated, with_user=False)
@@ -54,6 +57,10 @@ class UserModelMixin:
         from ..core.recommend import check_strategy
 
         check_strategy(strategy, kappa, n, auto=True)
+        check_bool("exclude_rated", exclude_rated)
+        if isinstance(users, (str, bytes)) or not isinstance(users, Iterable):
+            raise ValueError(f"recommend_many takes a sequence of raw user ids (a list, array or Series), got "
+                             f"{users!r}; for one user, recommend")
         post = self._user_item_posterior("recommend")
         users = list(users)
         inner = self._user_codes(users)
@@ -102,9 +109,11 @@ class UserModelMixin:
         """The user's inner index (-1: new) and all their (items, ratings): a known user's training ratings
         with ``ratings`` on top (a new rating of an item replaces the old one), or a new user's ``ratings``."""
         items, values = check_fold_ratings(ratings, self._item_codes, *self._rating_range())
+        encoder = self._user_encoder()
+        if encoder.lookup(plain_id(user)) is None:  # before the encoding below warns about the twin it refuses
+            check_not_twin(self._user_label, user, lambda twin: encoder.lookup(twin) is not None)
         inner = int(self._user_codes([user])[0])
         if inner < 0:
-            check_not_twin(self._user_label, user, lambda twin: self._user_codes([twin])[0] >= 0)
             return inner, items, values
         old_items, old_values = self._known_ratings(inner)
         if old_values is None:

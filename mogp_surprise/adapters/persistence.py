@@ -16,7 +16,6 @@ added later, which describe a model without the feature (not today's default).
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 from typing import Any
@@ -25,6 +24,7 @@ import numpy as np
 import torch
 
 from .._version import __version__
+from ..core.checkpoint import write_atomically
 from ..core.posterior import MWGPPosterior
 from ._common import ADDED_HYPER_PARAMS
 
@@ -62,27 +62,7 @@ def save_model(estimator: Any, path: str | os.PathLike, state: dict[str, Any]) -
     if names is not None:  # optional display names of the items, e.g. movie titles
         payload["item_names"] = {str(k): str(v) for k, v in dict(names).items()}
     payload["checksum"] = checksum(payload)
-    target = check_save_path(path)
-    partial = f"{target}.partial-{os.getpid()}"  # written whole, then renamed: a failed save keeps the old file
-    try:
-        torch.save(payload, partial)
-        os.replace(partial, target)
-    except (OSError, RuntimeError) as exc:  # torch reports a failed write as a RuntimeError
-        with contextlib.suppress(OSError):
-            os.remove(partial)
-        raise OSError(f"could not write the model to {target!r}: {exc}") from None
-
-
-def check_save_path(path: str | os.PathLike) -> str:
-    """``path`` as a string once it can name a model file: ``ValueError`` for a folder, ``FileNotFoundError`` for
-    a folder that does not exist (checked before a fit, so that a long fit is not lost at the end)."""
-    target = os.fspath(path)
-    if os.path.isdir(target):
-        raise ValueError(f"cannot save the model to {target!r}: it is a folder; give a file name in it")
-    folder = os.path.dirname(os.path.abspath(target))
-    if not os.path.isdir(folder):
-        raise FileNotFoundError(f"cannot save the model to {target!r}: the folder {folder!r} does not exist")
-    return target
+    write_atomically(payload, path, "the model")
 
 
 def checksum(payload: dict[str, Any]) -> str:

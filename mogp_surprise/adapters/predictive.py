@@ -22,7 +22,7 @@ import numpy as np
 from surprise import AlgoBase, Prediction
 from tqdm.auto import tqdm
 
-from ..core.errors import NotFittedError
+from ..core.errors import NotFittedError, check_bool
 from ._common import IdEncoder, encode_ids, inner_or_unknown
 
 
@@ -142,6 +142,8 @@ class PredictiveAlgo(AlgoBase):
         -------
         (mean, var) : floats for scalar ids, else ndarrays of shape (n,)
         """
+        if include_noise is not True and include_noise is not False:
+            check_bool("include_noise", include_noise)
         if iid is None:
             pairs = list(uid)
             if pairs and not all(isinstance(p, (tuple, list)) and len(p) >= 2 for p in pairs):

@@ -11,6 +11,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.validation import check_is_fitted
 
+from ..core.errors import check_bool
 from ..core.trainer import fit_mwgp
 from ._common import PARAMS_DOC, HyperParamsMixin, IdEncoder, check_id_column, encode_ids, plain_id
 from ._users import UserModelMixin
@@ -76,6 +77,7 @@ class MWGPRegressor(HyperParamsMixin, UserModelMixin, RegressorMixin, BaseEstima
         observed rating.
         """
         check_is_fitted(self, "posterior_")
+        check_bool("include_noise", include_noise)
         columns, names = _split_columns(X, expected=self.n_features_in_)
         self._check_names(names)
         index = np.stack([self._encode(enc, col) for enc, col in zip(self.encoders_, columns)], axis=1)
@@ -127,6 +129,9 @@ class MWGPRegressor(HyperParamsMixin, UserModelMixin, RegressorMixin, BaseEstima
 
     def _user_codes(self, raw: Any) -> np.ndarray:
         return self._encode(self.encoders_[0], np.asarray(list(raw), dtype=object))
+
+    def _user_encoder(self) -> IdEncoder:
+        return self.encoders_[0]
 
     def _item_codes(self, raw: Any) -> np.ndarray:
         return self._encode(self.encoders_[1], np.asarray(list(raw), dtype=object))

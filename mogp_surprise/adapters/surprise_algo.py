@@ -242,6 +242,9 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
     def _user_codes(self, raw: Sequence[Any]) -> np.ndarray:
         return self._inner_ids("user", raw)
 
+    def _user_encoder(self):
+        return self._encoders()[0]
+
     def _item_codes(self, raw: Sequence[Any]) -> np.ndarray:
         return self._inner_ids("item", raw)
 

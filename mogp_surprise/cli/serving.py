@@ -16,15 +16,15 @@ def fit_command(args: argparse.Namespace) -> int:
     import os
     import time
 
-    from ..adapters.persistence import check_save_path
     from ..adapters.surprise_algo import MWGP
+    from ..core.checkpoint import check_file_path
     from ..core.config import MWGPConfig
     from ..core.distributed import DistributedError, init_from_env, launched_by_torchrun, shutdown
     from ..datasets import DATASETS, load_item_titles, load_ratings, read_ratings_file, to_surprise_dataset
 
     if args.resume and not args.checkpoint:
         raise ValueError("--resume needs --checkpoint FILE (the checkpoint to continue from)")
-    check_save_path(args.out)  # before the fit, not after it
+    check_file_path(args.out, "the model")  # before the fit, not after it
     params = {"random_state": args.seed, **hyper_params(args)}
     distributed = launched_by_torchrun()
     main_rank, world = True, 1

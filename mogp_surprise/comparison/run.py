@@ -68,9 +68,9 @@ def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: i
     progress : bool, default=False
         Show a tqdm bar over (fold, algorithm) fits.
     extra_algos : dict of str -> AlgoSpec, optional
-        Further algorithms; any Surprise algorithm whose predictions carry ``details["std"]``
-        or ``details["var"]``, or that has ``predict_dist(testset)`` (wrap point estimators in
-        ``HomoscedasticBaseline``).
+        Further algorithms: an :class:`~.algorithms.AlgoSpec` whose ``make(seed, params)`` builds any Surprise
+        algorithm whose predictions carry ``details["std"]`` or ``details["var"]``, or that has
+        ``predict_dist(testset)`` (wrap point estimators in ``HomoscedasticBaseline``).
     rank_k : int, default=10
         Length of the top list of the ranking metrics: each user's test items ranked by the
         (clipped) predicted mean give ``precision_at_{k}``, ``recall_at_{k}`` (Surprise's FAQ
@@ -81,8 +81,20 @@ def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: i
         A test rating ``>= rank_threshold`` is relevant. None: 3/4 of the way up the data set's
         rating scale (:func:`~mogp_surprise.evaluation.default_relevance_threshold`): 4 on 1-5.
     """
+    from surprise import Dataset
     from surprise.model_selection import KFold
 
+    if not isinstance(dataset, Dataset):
+        raise TypeError(f"compare takes a surprise Dataset (e.g. Dataset.load_from_df(...), which it splits into "
+                        f"folds), got {type(dataset).__name__}")
+    if isinstance(algos, str) or not list(algos):
+        raise ValueError(f"`algos` must be a non-empty list of algorithm names, got {algos!r}")
+    bad = {k: v for k, v in (extra_algos or {}).items() if not isinstance(v, AlgoSpec)}
+    if bad:
+        raise TypeError(f"`extra_algos` maps names to AlgoSpec(label, uncertainty, make) entries; got {bad} (wrap "
+                        "a Surprise algorithm: AlgoSpec('kNN', 'homoscedastic', lambda seed, params: "
+                        "HomoscedasticBaseline(KNNBasic())))")
+    algos = list(algos)
     registry = {**ALGORITHMS, **(extra_algos or {})}
     unknown = [a for a in algos if a not in registry]
     if unknown:

@@ -20,6 +20,8 @@ training and a summary of the data) must match, or resuming is refused.
 """
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +34,8 @@ from .config import MWGPConfig
 FORMAT, FORMAT_VERSION = "mogp_surprise-checkpoint", 2
 #: hyper-parameters that do not change the trained model and may differ on resume
 _FREE = ("verbose", "chunk_size", "device")
+#: fingerprint entries added since format 2 began: a checkpoint written before them resumes on the others
+_ADDED = ("data_digest",)
 
 
 @dataclass(frozen=True)
@@ -55,27 +59,59 @@ class Checkpointing:
     def __post_init__(self) -> None:
         if isinstance(self.every, bool) or not isinstance(self.every, (int, np.integer)) or self.every < 1:
             raise ValueError(f"`every` (epochs between checkpoints) must be an int >= 1, got {self.every!r}")
+        check_file_path(self.path, "the checkpoint")
 
     def due(self, epoch: int, last: int) -> bool:
         """Whether to save after ``epoch`` completed epochs of a phase that ends at ``last``."""
         return epoch % self.every == 0 or epoch == last
 
 
+def check_file_path(path: str | os.PathLike, what: str) -> str:
+    """``path`` as a string once it can name a file to write ``what`` to (e.g. "the model"): ``ValueError`` for
+    a folder, ``FileNotFoundError`` for a folder that does not exist; checked before a fit, so that a long fit is
+    not lost at its end."""
+    target = os.fspath(path)
+    if os.path.isdir(target):
+        raise ValueError(f"cannot save {what} to {target!r}: it is a folder; give a file name in it")
+    folder = os.path.dirname(os.path.abspath(target))
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"cannot save {what} to {target!r}: the folder {folder!r} does not exist")
+    return target
+
+
 def fingerprint(config: MWGPConfig, index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...]) -> dict:
-    """What must agree between a checkpoint and the fit that resumes from it."""
-    params = {name: value if isinstance(value, (int, float, str, bool, type(None))) else repr(value)
+    """What must agree between a checkpoint and the fit that resumes from it: the hyper-parameters that shape
+    training (a numpy Generator as such: the checkpoint holds the state the fit continues from) and the data, by
+    size, sums and a digest of every (index, rating) in order (the sums alone let two ratings swap places)."""
+    params = {name: value if isinstance(value, (int, float, str, bool, type(None)))
+              else "a numpy Generator" if isinstance(value, np.random.Generator) else repr(value)
               for name, value in config.__dict__.items() if name not in _FREE}
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(np.ascontiguousarray(index, dtype=np.int64).tobytes())
+    digest.update(np.ascontiguousarray(ratings, dtype=np.float64).tobytes())
     return {"config": params, "n_ratings": int(index.shape[0]), "n_levels": [int(n) for n in n_levels],
             "ratings_sum": float(np.sum(ratings, dtype=np.float64)),
-            "index_sum": [int(c) for c in np.sum(index, axis=0, dtype=np.int64)]}
+            "index_sum": [int(c) for c in np.sum(index, axis=0, dtype=np.int64)], "data_digest": digest.hexdigest()}
 
 
 def save(path: str | os.PathLike, state: dict[str, Any]) -> None:
     """Write ``state`` to ``path`` atomically (never a half-written checkpoint)."""
-    path = os.fspath(path)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    torch.save({"format": FORMAT, "format_version": FORMAT_VERSION, **state}, tmp)
-    os.replace(tmp, path)
+    write_atomically({"format": FORMAT, "format_version": FORMAT_VERSION, **state}, path, "the checkpoint")
+
+
+def write_atomically(obj: Any, path: str | os.PathLike, what: str) -> None:
+    """``torch.save`` ``obj`` (``what``: e.g. "the model") to ``path`` through a temporary file beside it, renamed
+    over it once whole: a write that fails part way (a full disk) keeps the file that was there, and leaves no
+    temporary file; its error is an ``OSError`` naming the path."""
+    target = check_file_path(path, what)
+    partial = f"{target}.partial-{os.getpid()}"
+    try:
+        torch.save(obj, partial)
+        os.replace(partial, target)
+    except (OSError, RuntimeError) as exc:  # torch reports a failed write as a RuntimeError
+        with contextlib.suppress(OSError):
+            os.remove(partial)
+        raise OSError(f"could not write {what} to {target!r}: {exc}") from None
 
 
 def load(path: str | os.PathLike, expected: dict) -> dict[str, Any] | None:
@@ -96,8 +132,8 @@ def load(path: str | os.PathLike, expected: dict) -> dict[str, Any] | None:
     saved = state["fingerprint"]
     diffs = [f"{k}: {saved['config'].get(k)!r} in the checkpoint, {v!r} now"
              for k, v in expected["config"].items() if saved["config"].get(k) != v]
-    diffs += [f"{k}: {saved[k]!r} in the checkpoint, {expected[k]!r} now"
-              for k in expected if k != "config" and saved.get(k) != expected[k]]
+    diffs += [f"{k}: {saved.get(k)!r} in the checkpoint, {expected[k]!r} now" for k in expected
+              if k != "config" and (k in saved or k not in _ADDED) and saved.get(k) != expected[k]]
     if diffs:
         raise ValueError(f"{path} was written for other training data or hyper-parameters; cannot resume "
                          f"({'; '.join(diffs)}). Remove it or pass another checkpoint path")

@@ -35,3 +35,10 @@ def check_int(name: str, value, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ValueError(f"`{name}` must be an int >= {minimum}, got {value!r}")
     return int(value)
+
+
+def check_bool(name: str, value) -> bool:
+    """``value`` as a bool; ``ValueError`` naming ``name`` unless it is one (``"no"`` is not False)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"`{name}` must be True or False, got {value!r}")
+    return bool(value)

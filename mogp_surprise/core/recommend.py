@@ -52,8 +52,8 @@ def draw_generator(random_state: Any, device: torch.device) -> torch.Generator:
     """A torch generator on ``device`` seeded from ``random_state`` (None: fresh entropy; an int; a numpy
     ``Generator``), for posterior draws."""
     if random_state is not None and not isinstance(random_state, (numbers.Integral, np.random.Generator)) \
-            or isinstance(random_state, bool):
-        raise ValueError(f"`random_state` must be None, an int or a numpy Generator, got {random_state!r}")
+            or isinstance(random_state, bool) or isinstance(random_state, numbers.Integral) and random_state < 0:
+        raise ValueError(f"`random_state` must be None, an int >= 0 or a numpy Generator, got {random_state!r}")
     return seeded_generator(random_state, device)
 
 

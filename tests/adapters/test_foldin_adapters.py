@@ -193,10 +193,13 @@ def test_folding_in_an_id_whose_twin_is_known_is_refused():
     algo = MWGP(**PARAMS).fit(to_surprise_dataset(df, rating_scale=(1, 5)).build_full_trainset())
     est = MWGPRegressor(**PARAMS).fit(df[["user", "item"]], df["rating"])
     for model in (algo, est):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            with pytest.raises(ValueError, match=r"user id '3' \(str\) is not in the model, but 3 \(int\) is"):
-                copy.deepcopy(model).fold_in("3", [(5, 4.0)])
+        for refused in (lambda m: m.fold_in("3", [(5, 4.0)]), lambda m: m.ask("3", n=2),
+                        lambda m: m.recommend("3", ratings=[(5, 4.0)])):
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # refused with one message, not warned about first
+                with pytest.raises(ValueError, match=r"user id '3' \(str\) is not in the model, but 3 \(int\) is; "
+                                                     r"ids are matched by value and type. Pass 3 for that user"):
+                    refused(copy.deepcopy(model))
 
 
 def test_a_regressor_pickled_before_fold_in_existed_still_recommends():

@@ -59,6 +59,14 @@ def test_compare_rejects_bad_arguments(synthetic_data):
         compare(synthetic_data, algos=["mwgp", "nope"])
     with pytest.raises(ValueError, match="n_folds"):
         compare(synthetic_data, algos=["svd"], n_folds=1)
+    with pytest.raises(ValueError, match="`algos` must be a non-empty list of algorithm names, got 'svd'"):
+        compare(synthetic_data, algos="svd")  # was read as the algorithms 's', 'v', 'd'
+    with pytest.raises(ValueError, match="`algos` must be a non-empty list"):
+        compare(synthetic_data, algos=[])
+    with pytest.raises(TypeError, match="`extra_algos` maps names to AlgoSpec"):
+        compare(synthetic_data, algos=["knn"], extra_algos={"knn": AlgoBase()})
+    with pytest.raises(TypeError, match="compare takes a surprise Dataset .* got Trainset"):
+        compare(synthetic_data.build_full_trainset(), algos=["svd"])
 
 
 

@@ -121,8 +121,40 @@ def test_resuming_with_other_data_or_parameters_is_refused(tmp_path, data):
     index, y, levels = data
     with pytest.raises(ValueError, match="ratings_sum"):
         fit_mwgp(index, y + 0.5, levels, config(n_epochs=2), checkpointing=Checkpointing(path, resume=True))
+    swapped = y.copy()  # two different ratings trade places: the same count and sums, other data
+    high, low = int(np.argmax(y)), int(np.argmin(y))
+    swapped[[high, low]] = y[[low, high]]
+    with pytest.raises(ValueError, match=r"data_digest: '[0-9a-f]{32}' in the checkpoint, '[0-9a-f]{32}' now"):
+        fit_mwgp(index, swapped, levels, config(n_epochs=2), checkpointing=Checkpointing(path, resume=True))
     # hyper-parameters that do not change the model may differ
     fit_mwgp(*data, config(n_epochs=2, chunk_size=100), checkpointing=Checkpointing(path, resume=True))
+
+
+def test_a_checkpoint_without_the_data_digest_resumes_and_a_generator_seed_resumes(tmp_path, monkeypatch, data):
+    """A checkpoint written before the digest existed resumes on the sums it holds; a numpy Generator as
+    random_state is compared as such (its repr, a memory address, refused every resume)."""
+    path = tmp_path / "c.pt"
+    uninterrupted = fit_mwgp(*data, config(n_epochs=3))
+    with monkeypatch.context() as patch:
+        interrupt_after(patch, 2)
+        with pytest.raises(Stop):
+            fit_mwgp(*data, config(n_epochs=3), checkpointing=Checkpointing(path))
+    state = torch.load(path, weights_only=True)
+    del state["fingerprint"]["data_digest"]
+    torch.save(state, path)
+    resumed = fit_mwgp(*data, config(n_epochs=3), checkpointing=Checkpointing(path, resume=True))
+    assert same_posterior(resumed, uninterrupted)
+    seeded = config(n_epochs=2, random_state=np.random.default_rng(0))
+    fit_mwgp(*data, seeded, checkpointing=Checkpointing(tmp_path / "g.pt"))
+    fit_mwgp(*data, config(n_epochs=2, random_state=np.random.default_rng(0)),
+             checkpointing=Checkpointing(tmp_path / "g.pt", resume=True))
+
+
+def test_a_checkpoint_path_that_cannot_be_written_is_refused_before_the_fit(tmp_path):
+    with pytest.raises(ValueError, match="cannot save the checkpoint to .*: it is a folder; give a file name"):
+        Checkpointing(tmp_path)
+    with pytest.raises(FileNotFoundError, match="cannot save the checkpoint to .*: the folder .* does not exist"):
+        Checkpointing(tmp_path / "nowhere" / "c.pt")
 
 
 def test_a_file_that_is_not_a_checkpoint_is_named(tmp_path, data):
