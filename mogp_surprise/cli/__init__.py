@@ -21,6 +21,15 @@ def _data_options(parser: argparse.ArgumentParser, what: str = "folder holding t
                                                        "(None: the defaults)")
 
 
+def _serving_options(parser: argparse.ArgumentParser, user: str | None = None, rate: str | None = None) -> None:
+    """--model and --user (``user``: its help), or --rate (``rate``: its help) of the commands that read a model."""
+    if user is not None:
+        parser.add_argument("--model", required=True, help="a model file written by `mogp-surprise fit` or MWGP.save")
+        parser.add_argument("--user", required=True, help=user)
+    if rate is not None:
+        parser.add_argument("--rate", nargs="+", action=Extend, default=None, metavar="ITEM=RATING", help=rate)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mogp-surprise", description="Uncertainty-aware recommenders (MW-GP).",
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -84,8 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     fit.set_defaults(func=fit_command)
 
     rec = sub.add_parser("recommend", help="top-N items for a user from a saved model, with uncertainty", **fmt)
-    rec.add_argument("--model", required=True, help="a model file written by `mogp-surprise fit` or MWGP.save")
-    rec.add_argument("--user", required=True, help="raw user id (unknown: cold start, or folded in with --rate)")
+    _serving_options(rec, "raw user id (unknown: cold start, or folded in with --rate)")
     rec.add_argument("-n", type=int, default=10, help="number of items")
     rec.add_argument("--strategy", default="auto", choices=["auto", "mean", "lcb", "ucb", "thompson"],
                      help="rank by mean, mean - kappa*std (risk-averse), mean + kappa*std (exploratory) or one draw "
@@ -93,21 +101,17 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--seed", type=int, default=None, help="seed of the thompson draw (None: a fresh one)")
     rec.add_argument("--kappa", type=float, default=None, help="lcb/ucb: mean -/+ kappa std (default 1); "
                      "thompson: the draw's spread times kappa (default 0.5)")
-    rec.add_argument("--rate", nargs="+", action=Extend, default=None, metavar="ITEM=RATING",
-                     help="the user's ratings to fold in for this ranking (no refit)")
+    _serving_options(rec, rate="the user's ratings to fold in for this ranking (no refit)")
     rec.set_defaults(func=recommend_command)
 
     ask = sub.add_parser("ask", help="which items to ask a (new) user to rate: the answers that teach most", **fmt)
-    ask.add_argument("--model", required=True, help="a model file written by `mogp-surprise fit` or MWGP.save")
-    ask.add_argument("--user", required=True, help="raw user id (new or known)")
+    _serving_options(ask, "raw user id (new or known)")
     ask.add_argument("-n", type=int, default=5, help="number of questions")
-    ask.add_argument("--rate", nargs="+", action=Extend, default=None, metavar="ITEM=RATING",
-                     help="the answers so far (no refit)")
+    _serving_options(ask, rate="the answers so far (no refit)")
     ask.set_defaults(func=ask_command)
 
     pred = sub.add_parser("predict", help="predicted rating of one user and item, with its std and interval", **fmt)
-    pred.add_argument("--model", required=True, help="a model file written by `mogp-surprise fit` or MWGP.save")
-    pred.add_argument("--user", required=True, help="raw user id")
+    _serving_options(pred, "raw user id")
     pred.add_argument("--item", required=True, help="raw item id")
     pred.set_defaults(func=predict_command)
 
