@@ -339,7 +339,7 @@ def posterior_roundtrip(c: Ctx) -> MWGPPosterior:
 INT_RULE = r"must be an int >= 1"
 POS_RULE = r"must be a finite real number > 0"
 NONNEG_RULE = r"must be a finite real number >= 0"
-DEVICE_RULE = r"must be one of \('auto', 'cpu', 'cuda'\), 'cuda:N' or a torch.device"
+DEVICE_RULE = r"must be one of \('auto', 'cpu', 'cuda'\), 'cuda:N' or a torch.device of the CPU or CUDA"
 SEED_RULE = r"must be None, a non-negative int or a numpy.random.Generator"
 ADAPTERS = ("sklearn", "surprise")
 CUDA_MISSING = pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")

@@ -25,6 +25,7 @@ import torch
 
 from .._version import __version__
 from ..core.checkpoint import write_atomically
+from ..core.config import resolve_device
 from ..core.posterior import MWGPPosterior
 from ._common import ADDED_HYPER_PARAMS
 
@@ -155,7 +156,7 @@ def load_model(cls: type, path: str | os.PathLike, device: Any = None) -> tuple[
     # a hyper-parameter added after the file was written: the value that describes the model it holds
     estimator = cls(**{**ADDED_HYPER_PARAMS, **payload["hyper_params"]})
     post = MWGPPosterior.from_state_dict(payload["posterior"])
-    estimator.posterior_ = post if device is None else post.to(device=torch.device(device))
+    estimator.posterior_ = post if device is None else post.to(device=resolve_device(device))
     estimator.loss_history_ = list(payload["training"]["loss_history"])
     estimator.fit_time_ = float(payload["training"]["fit_time"])
     estimator.chosen_params_ = dict(payload["training"].get("chosen_params") or estimator._as_trained())

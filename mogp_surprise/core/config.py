@@ -5,6 +5,7 @@ import dataclasses
 import math
 import numbers
 import re
+import types
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -16,10 +17,12 @@ _DEVICES = ("auto", "cpu", "cuda")
 _CHOICES = {"lr_schedule": ("cosine", "constant"), "init": ("pca", "random"),
             "noise": ("heteroscedastic", "homoscedastic"), "mf_posterior": ("auto", "laplace", "variational"),
             "dtype": tuple(_DTYPES)}
-#: the paper's model (Yang & Buettner, 2021): one scalar noise variance, no implicit feedback, no
-#: bilinear term, and the embedding prior tuned for it; ``MWGP(**PAPER_MODEL)`` reproduces the paper's figures
-PAPER_MODEL = {"noise": "homoscedastic", "implicit": False, "mf_rank": 0, "embedding_uncertainty": False,
-               "embedding_reg": 3.0, "bias_reg": 1.0, "n_epochs": 30, "early_stopping": False}
+#: the paper's model (Yang & Buettner, 2021): one scalar noise variance, no implicit feedback, no bilinear or
+#: neighbourhood term, and the embedding prior tuned for it; ``MWGP(**PAPER_MODEL)`` reproduces the paper's figures.
+#: Read-only: a change would alter it for the whole process (``{**PAPER_MODEL, "n_epochs": 3}`` for a variant)
+PAPER_MODEL = types.MappingProxyType({
+    "noise": "homoscedastic", "implicit": False, "mf_rank": 0, "neighbourhood": False, "embedding_uncertainty": False,
+    "embedding_reg": 3.0, "bias_reg": 1.0, "n_epochs": 30, "early_stopping": False})
 #: batch_size="auto": the MovieLens-tuned batch, reduced on small data to keep >= MIN_STEPS steps
 AUTO_BATCH, MIN_AUTO_BATCH, MIN_STEPS = 8192, 256, 360
 #: early_stopping="auto" chooses the number of epochs on a validation split from EARLY_STOPPING_MIN ratings (a split
@@ -120,8 +123,9 @@ class MWGPConfig:
         SVD++-style implicit feedback: a user's GP input is their embedding plus a normalised sum of
         implicit factors of the items they rated, and likewise for items. ``False`` as in the
         paper. ``MWGP(**PAPER_MODEL)`` (``PAPER_MODEL = {"noise": "homoscedastic", "implicit": False,
-        "mf_rank": 0, "embedding_uncertainty": False, "embedding_reg": 3.0, "bias_reg": 1.0,
-        "n_epochs": 30, "early_stopping": False}``, importable from ``mogp_surprise``) is the paper's model.
+        "mf_rank": 0, "neighbourhood": False, "embedding_uncertainty": False, "embedding_reg": 3.0,
+        "bias_reg": 1.0, "n_epochs": 30, "early_stopping": False}``, importable from ``mogp_surprise``) is the
+        paper's model.
     mf_rank : int, default=16
         Rank k of a bilinear term p_u . q_i in the GP's mean function: users and items carry
         k-dimensional factors of their own (prior N(0, 1 / mf_reg); p_u start at 0, q_i at N(0, 0.1^2)),
@@ -268,11 +272,7 @@ class MWGPConfig:
             raise ValueError(
                 "`random_state` must be None, a non-negative int or a numpy.random.Generator, "
                 f"got {rs!r}")
-        if not isinstance(self.device, torch.device):
-            if not isinstance(self.device, str) or not (
-                    self.device in _DEVICES or re.fullmatch(r"cuda:\d+", self.device)):
-                raise ValueError(
-                    f"`device` must be one of {_DEVICES}, 'cuda:N' or a torch.device, got {self.device!r}")
+        _check_device(self.device)
 
     # -- derived values, computed on demand (never stored) -------------------------------
     def for_data(self, n_ratings: int, n_levels: tuple[int, ...]) -> "MWGPConfig":
@@ -347,14 +347,28 @@ class MWGPConfig:
 
     def torch_device(self) -> torch.device:
         """Resolve ``device``; 'cuda' without CUDA is an error, 'auto' falls back to the CPU."""
-        dev_str = str(self.device) if isinstance(self.device, torch.device) else self.device
-        if dev_str == "auto":
-            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        if dev_str.startswith("cuda") and not torch.cuda.is_available():
-            raise ValueError(
-                f"`device`={dev_str!r} was requested but CUDA is not available in this PyTorch "
-                f"build ({torch.__version__}); use device='cpu' or device='auto'")
-        return torch.device(dev_str)
+        return resolve_device(self.device)
+
+
+def _check_device(device: Any) -> None:
+    """``ValueError`` unless ``device`` is 'auto', 'cpu', 'cuda', 'cuda:N' or a torch.device of the CPU or CUDA."""
+    name = str(device) if isinstance(device, torch.device) else device
+    if not isinstance(name, str) or not (name in _DEVICES or re.fullmatch(r"cuda:\d+", name)):
+        raise ValueError(f"`device` must be one of {_DEVICES}, 'cuda:N' or a torch.device of the CPU or CUDA, "
+                         f"got {device!r}")
+
+
+def resolve_device(device: Any) -> torch.device:
+    """The torch.device that ``device`` (a config's ``device``, or ``load``'s) names; 'cuda' without CUDA is an
+    error that says what to use instead, 'auto' falls back to the CPU."""
+    _check_device(device)
+    name = str(device) if isinstance(device, torch.device) else device
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"`device`={name!r} was requested but CUDA is not available in this PyTorch "
+                         f"build ({torch.__version__}); use device='cpu' or device='auto'")
+    return torch.device(name)
 
 
 def _check_int(name: str, value: Any, minimum: int, also: str = "") -> None:

@@ -26,8 +26,10 @@ either way the survivors raise :class:`DistributedError` instead of waiting fore
 from __future__ import annotations
 
 import datetime
+import numbers
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -143,14 +145,22 @@ class DataParallel:
 
         return self._collective(what, dist.broadcast, tensor, 0)
 
-    def check_same_data(self, index: Tensor, y: Tensor, n_levels: tuple[int, ...]) -> None:
+    def check_same_data(self, index: Tensor, y: Tensor, n_levels: tuple[int, ...], seed: Any = 0) -> None:
         """Raise :class:`DistributedError` unless every rank holds the same training data (same number of
-        ratings and levels, same sums of ratings and of indices)."""
+        ratings and levels, same sums of ratings and of indices) and the same ``seed`` (``random_state``, which
+        must be an int: ``ValueError`` before any exchange otherwise)."""
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+            raise ValueError("data-parallel training needs `random_state` set to an int, the same on every process "
+                             f"(it seeds the initialisation and the order of the ratings); got {seed!r}")
         weights = torch.arange(1, index.shape[1] + 1, dtype=torch.float64)
         fingerprint = torch.tensor([float(index.shape[0]), *map(float, n_levels), float(y.double().sum()),
-                                    float((index.double() * weights).sum())], dtype=torch.float64)
+                                    float((index.double() * weights).sum()), float(seed % 2 ** 52)],
+                                   dtype=torch.float64)
         high = self.all_reduce(fingerprint.clone(), "comparing the training data", op="max")
         low = self.all_reduce(-fingerprint, "comparing the training data", op="max").neg_()
+        if not torch.equal(high[-1:], low[-1:]):
+            raise DistributedError(f"rank {self.rank}: the ranks were given different `random_state` ({seed} here); "
+                                   "every rank must use the same one")
         if not torch.equal(high, low):
             raise DistributedError(
                 f"rank {self.rank}: the ranks hold different training data ({int(index.shape[0]):,} ratings "

@@ -124,7 +124,7 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
     batch = config.resolved_batch_size(n)
 
     if parallel is not None and parallel.world_size > 1:
-        parallel.check_same_data(idx_t, y_t, tuple(n_levels))
+        parallel.check_same_data(idx_t, y_t, tuple(n_levels), config.random_state)
     else:
         parallel = None
     saver = None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import logging
+import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -26,7 +27,12 @@ _NA = {"keep_default_na": False, "na_values": {"rating": [""]}}
 def _read(path: Path, source, expected: str, **kwargs) -> pd.DataFrame:
     """Call ``pandas.read_csv``; parse errors name the file and the ``expected`` format."""
     try:
-        frame = pd.read_csv(source, dtype=_DTYPES, **_NA, **kwargs)
+        with warnings.catch_warnings():  # lines with more fields than named: an error, not a quiet shift of columns
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            frame = pd.read_csv(source, dtype=_DTYPES, **_NA, index_col=False, **kwargs)
+    except pd.errors.ParserWarning:
+        raise ValueError(f"malformed ratings file {str(path)!r} (expected {expected}): its lines have more fields "
+                         "than that") from None
     except ValueError as exc:  # ParserError, EmptyDataError and dtype conversion errors
         raise ValueError(f"malformed ratings file {str(path)!r} (expected {expected}): {exc}") from exc
     logger.debug("parsed %d rows from %s", len(frame), path)

@@ -193,3 +193,12 @@ def test_files_record_the_current_format_and_the_model_terms(sklearn_model, tmp_
     assert payload["format_version"] == persistence.FORMAT_VERSION == 2
     assert payload["posterior"]["format_version"] == 2
     assert [t["name"] for t in payload["posterior"]["terms"]] == ["gp_input", "bias", "bilinear", "noise_offset"]
+
+
+def test_loading_onto_a_device_this_machine_lacks_is_a_clear_error(surprise_model, tmp_path):
+    surprise_model.save(tmp_path / "m.pt")
+    for device, message in (("tpu", "`device` must be one of"), (torch.device("meta"), "`device` must be one of")) + (
+            () if torch.cuda.is_available() else (("cuda", "CUDA is not available"),)):
+        with pytest.raises(ValueError, match=message):
+            MWGP.load(tmp_path / "m.pt", device=device)
+

@@ -1,6 +1,6 @@
 """One process of a data-parallel test run (started by tests/core/test_distributed.py, never collected).
 
-    python _dp_worker.py CONFIG_JSON OUT [--die-at-step K] [--rank-data] [--row-sparse]
+    python _dp_worker.py CONFIG_JSON OUT [--die-at-step K] [--rank-data] [--rank-seed] [--row-sparse]
 
 (--row-sparse: the large-catalogue path, with implicit feedback's tables updated 3 times per epoch)
 
@@ -52,6 +52,8 @@ def main() -> None:
     config = MWGPConfig(**json.loads(sys.argv[1]))
     out = sys.argv[2]
     parallel = init_from_env() if int(os.environ.get("WORLD_SIZE", "1")) > 1 else None
+    if "--rank-seed" in sys.argv and parallel is not None:  # each rank its own random_state
+        config = config.replace(random_state=parallel.rank)
     if "--die-at-step" in sys.argv and parallel is not None and parallel.rank == 1:
         die_at = int(sys.argv[sys.argv.index("--die-at-step") + 1])
         calls = []

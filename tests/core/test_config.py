@@ -119,3 +119,17 @@ def test_cuda_without_cuda_raises_at_resolution(device) -> None:
     with pytest.raises(ValueError, match="CUDA") as info:
         cfg.torch_device()
     assert "device" in str(info.value) and "cpu" in str(info.value)
+
+
+def test_the_papers_model_is_the_published_one_at_every_size_and_cannot_be_changed():
+    """``neighbourhood="auto"`` switched Koren's neighbourhood term into ``MWGP(**PAPER_MODEL)`` from 50,000 ratings
+    (ML-100K and ML-1M) once it became the default; the paper's model has the biases and the GP alone."""
+    from mogp_surprise.core.config import PAPER_MODEL
+
+    for n, levels in ((1_000, (50, 40)), (80_000, (943, 1682)), (1_000_209, (6040, 3706))):
+        cfg = MWGPConfig(**PAPER_MODEL).for_data(n, levels)
+        assert (cfg.neighbourhood, cfg.implicit, cfg.mf_rank, cfg.noise) == (False, False, 0, "homoscedastic")
+        assert not cfg.uses_early_stopping(n) and cfg.n_epochs == 30
+    with pytest.raises(TypeError):
+        PAPER_MODEL["n_epochs"] = 3  # type: ignore[index]
+    assert {**PAPER_MODEL, "n_epochs": 3}["n_epochs"] == 3 and PAPER_MODEL["n_epochs"] == 30

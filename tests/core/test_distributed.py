@@ -137,11 +137,20 @@ def test_a_rank_that_dies_stops_the_other_with_a_clear_error(tmp_path):
     assert not (tmp_path / "x.pt").exists()
 
 
-def test_ranks_with_different_data_are_refused(tmp_path):
-    runs = launch([json.dumps({**SMALL, "n_epochs": 1}), str(tmp_path / "x.pt"), "--rank-data"], 2, timeout=90)
+@pytest.mark.parametrize("flag, message", [("--rank-data", "the ranks hold different training data"),
+                                           ("--rank-seed", "the ranks were given different `random_state`")])
+def test_ranks_with_different_data_or_seeds_are_refused(tmp_path, flag, message):
+    runs = launch([json.dumps({**SMALL, "n_epochs": 1}), str(tmp_path / "x.pt"), flag], 2, timeout=90)
     for rc, stdout, stderr in runs:
         assert rc == 3, stdout + stderr[-2000:]
-        assert "the ranks hold different training data" in stdout
+        assert message in stdout
+
+
+@pytest.mark.parametrize("seed", [None, np.random.default_rng(0), True, 1.5])
+def test_data_parallel_training_needs_an_int_seed_before_any_exchange(seed):
+    """With random_state=None each rank shuffled with its own seed: the minibatches were no one process's."""
+    with pytest.raises(ValueError, match="data-parallel training needs `random_state` set to an int"):
+        DataParallel.check_same_data(object(), torch.zeros((3, 2), dtype=torch.long), torch.zeros(3), (2, 2), seed)
 
 
 def test_cli_fit_under_torchrun_trains_one_model_that_loads_without_a_process_group(tmp_path):

@@ -46,3 +46,10 @@ def test_csv_without_required_header(tmp_path):
     with pytest.raises(ValueError, match=r"missing \['user', 'item'\]") as info:
         load_ratings("ml-1m", tmp_path)
     assert "ratings.csv.gz" in str(info.value)
+
+
+def test_lines_with_more_fields_than_the_layout_are_refused_not_shifted(tmp_path):
+    """pandas took the first of five fields as the row index: user 2, item 3, rating 4 from '1 2 3 4 5'."""
+    (tmp_path / "u.data").write_text("1\t2\t3\t4\t5\n5\t6\t4\t7\t8\n")
+    with pytest.raises(ValueError, match=r"malformed ratings file .*u\.data.* its lines have more fields than that"):
+        parse_tab(tmp_path / "u.data")
