@@ -14,6 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import table, write_json  # noqa: E402
 
+from mogp_surprise.datasets import DATASETS  # noqa: E402
 from mogp_surprise.comparison import ALGORITHMS, predictive_arrays  # noqa: E402
 from mogp_surprise.comparison.data import load_or_synthesize, synthetic  # noqa: E402
 from mogp_surprise.evaluation import qp_curve, uncertainty_report  # noqa: E402
@@ -21,8 +22,8 @@ from mogp_surprise.evaluation import qp_curve, uncertainty_report  # noqa: E402
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dataset", default="ml-1m")
-    p.add_argument("--algos", nargs="+", default=["mwgp", "svd", "myfm"])
+    p.add_argument("--dataset", default="ml-1m", choices=sorted(DATASETS))
+    p.add_argument("--algos", nargs="+", default=["mwgp", "svd", "myfm"], choices=sorted(ALGORITHMS))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--out", default=None)

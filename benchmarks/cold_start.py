@@ -20,6 +20,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import hold_out_users, table, write_json  # noqa: E402
 
+from mogp_surprise.datasets import DATASETS  # noqa: E402
 from mogp_surprise.comparison import ALGORITHMS  # noqa: E402
 from mogp_surprise.datasets import to_surprise_dataset  # noqa: E402
 from mogp_surprise.evaluation import arrays_from_predictions, interval_coverage  # noqa: E402
@@ -28,11 +29,11 @@ from mogp_surprise.comparison.data import load_or_synthesize, synthetic  # noqa:
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dataset", default="ml-1m")
+    p.add_argument("--dataset", default="ml-1m", choices=sorted(DATASETS))
     p.add_argument("--share", "--cold-users", dest="share", type=float, default=0.10,
                    help="share of the users (or items) held out (default 0.10)")
     p.add_argument("--cold", choices=["user", "item"], default="user", help="hold out users (default) or items")
-    p.add_argument("--algos", nargs="+", default=["mwgp", "myfm"])
+    p.add_argument("--algos", nargs="+", default=["mwgp", "myfm"], choices=sorted(ALGORITHMS))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--out", default=None)

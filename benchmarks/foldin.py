@@ -32,6 +32,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import hold_out_users, table, write_json  # noqa: E402
 
+from mogp_surprise.datasets import DATASETS  # noqa: E402
 from mogp_surprise import MWGP  # noqa: E402
 from mogp_surprise.comparison import ALGORITHMS  # noqa: E402
 from mogp_surprise.datasets import to_surprise_dataset  # noqa: E402
@@ -78,9 +79,10 @@ def _metrics(y, mean, std) -> dict:
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dataset", default="ml-1m", help="data set (default ml-1m)")
+    p.add_argument("--dataset", default="ml-1m", choices=sorted(DATASETS), help="data set (default ml-1m)")
     p.add_argument("--held-out", type=float, default=0.10, help="share of users held out (default 0.10)")
-    p.add_argument("--algos", nargs="*", default=["svd", "myfm"], help="refitted baselines (default: svd myfm)")
+    p.add_argument("--algos", nargs="*", default=["svd", "myfm"], choices=sorted(ALGORITHMS),
+                   help="refitted baselines (default: svd myfm)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="tiny synthetic data (smoke test)")
     p.add_argument("--speed-only", action="store_true", help="fit once and measure only speed and memory")

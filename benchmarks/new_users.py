@@ -48,6 +48,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import hold_out_users, table, write_json  # noqa: E402
 
+from mogp_surprise.datasets import DATASETS  # noqa: E402
 from mogp_surprise import MWGP  # noqa: E402
 from mogp_surprise.comparison.data import load_or_synthesize, synthetic  # noqa: E402
 from mogp_surprise.core.elicit import answer_probability, ask  # noqa: E402
@@ -227,7 +228,7 @@ def cold_top10(world: World, draws: int = 1) -> list[dict]:
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dataset", default="ml-1m")
+    p.add_argument("--dataset", default="ml-1m", choices=sorted(DATASETS))
     p.add_argument("--users", type=int, default=300, help="held-out users evaluated (at most; default 300)")
     p.add_argument("--replay-users", type=int, default=150, help="users in the replay (default 150)")
     p.add_argument("--rounds", type=int, default=30, help="replay rounds T (default 30)")

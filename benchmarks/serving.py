@@ -26,6 +26,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import table, write_json  # noqa: E402
 
+from mogp_surprise.datasets import DATASETS  # noqa: E402
 from mogp_surprise import MWGP  # noqa: E402
 from mogp_surprise.comparison.data import load_or_synthesize, synthetic  # noqa: E402
 
@@ -42,7 +43,7 @@ def per_call(fn, calls: int) -> tuple[float, float]:
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dataset", default="ml-1m")
+    p.add_argument("--dataset", default="ml-1m", choices=sorted(DATASETS))
     p.add_argument("--model", default=None, help="load the fitted model from here (fit and save it if absent)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--quick", action="store_true")

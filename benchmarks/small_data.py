@@ -22,6 +22,7 @@ from _common import table, write_json  # noqa: E402
 
 from surprise import SVD, BaselineOnly, accuracy  # noqa: E402
 
+from mogp_surprise.datasets import DATASETS  # noqa: E402
 from mogp_surprise import MWGP  # noqa: E402
 from mogp_surprise.datasets import to_surprise_dataset  # noqa: E402
 from mogp_surprise.comparison.data import load_or_synthesize, synthetic  # noqa: E402
@@ -29,7 +30,7 @@ from mogp_surprise.comparison.data import load_or_synthesize, synthetic  # noqa:
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dataset", default="ml-100k")
+    p.add_argument("--dataset", default="ml-100k", choices=sorted(DATASETS))
     p.add_argument("--fraction", type=float, default=0.10, help="share of the ratings in each sample (default 0.10)")
     p.add_argument("--seeds", type=int, default=5, help="number of seeded samples (default 5)")
     p.add_argument("--quick", action="store_true", help="tiny synthetic data, 2 seeds (smoke test)")

@@ -24,6 +24,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import table, write_json  # noqa: E402
 
+from mogp_surprise.datasets import DATASETS  # noqa: E402
 from mogp_surprise.comparison import ALGORITHMS  # noqa: E402
 from mogp_surprise.comparison.data import load_or_synthesize, synthetic  # noqa: E402
 from mogp_surprise.evaluation import precision_recall_at_k, top_k_mask  # noqa: E402
@@ -57,7 +58,7 @@ def strategy_rows(label: str, test: pd.DataFrame, mean: np.ndarray, std: np.ndar
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dataset", default="ml-1m")
+    p.add_argument("--dataset", default="ml-1m", choices=sorted(DATASETS))
     p.add_argument("--algos", nargs="+", default=["mwgp", "myfm"], choices=sorted(ALGORITHMS))
     p.add_argument("--n", type=int, default=5)
     p.add_argument("--kappas", type=float, nargs="+", default=[0.5, 1.0, 2.0])

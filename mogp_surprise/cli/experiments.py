@@ -22,7 +22,8 @@ def demo_command(args: argparse.Namespace) -> int:
     result = run_demo(data, mwgp_params=params, random_state=args.seed)
     print(result.table.to_string(index=False, float_format=lambda v: f"{v:.4f}", na_rep="-"))
     print("\n(rmse_q90 / rmse_q80: RMSE over the 90 % / 80 % of test ratings MW-GP is most sure about)\n")
-    print("A few test ratings with MW-GP's predictive standard deviation:")
+    print("A few test ratings with MW-GP's predictive standard deviation (svd, mwgp_est: the estimates within the "
+          "rating scale, as Surprise's test gives them):")
     print(result.examples.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
     c = result.cold_start
     print(f"\nCold start: a user never seen in training, item {c['item']}: mean {c['mean']:.2f}, "
@@ -31,7 +32,8 @@ def demo_command(args: argparse.Namespace) -> int:
     fmt = {"est": lambda v: f"{v:.2f}", "std": lambda v: f"{v:.2f}", "gain": lambda v: f"{v:.4f}"}
     print(f"\nTop 5 for user {rec['user']} (a typical user of the training data; est: the mean within the scale):")
     print(rec["user_top"].to_string(index=False, formatters=fmt))
-    print("\nTop 5 for a new user, before any rating (cold start: the population's favourites):")
+    print("\nTop 5 for a new user, before any rating (cold start: the population's favourites, ranked by mean - std, "
+          "the items the model is surest the user will like):")
     print(rec["new_top"].to_string(index=False, formatters=fmt))
     print("\nOnboarding: among the films the new user has seen, ask about these first (mogp-surprise ask; gain: how much "
           "the answer is expected to narrow their predictions):")

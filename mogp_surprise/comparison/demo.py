@@ -53,7 +53,7 @@ def run_demo(data: LoadedData, mwgp_params: dict[str, Any] | None = None, test_s
     svd_pred = preds["SVD (Surprise)"][1]
     pick = np.random.default_rng(random_state).choice(len(testset), size=min(n_examples, len(testset)), replace=False)
     examples = pd.DataFrame([{"user": testset[k][0], "item": testset[k][1], "rating": testset[k][2],
-                              "svd": svd_pred[k].est, "mwgp_mean": mwgp_pred[k].est,
+                              "svd": svd_pred[k].est, "mwgp_est": mwgp_pred[k].est,
                               "mwgp_std": mwgp_pred[k].details["std"]} for k in pick])
     known_item = testset[int(pick[0])][1]
     cold_mean, cold_var = mwgp.predict_dist("<a user never seen>", known_item)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import math
+import numbers
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -265,10 +267,15 @@ def to_surprise_dataset(df: pd.DataFrame, rating_scale: tuple[float, float] | No
     if rating_scale is None:
         validate_ratings(df, (-np.inf, np.inf), "df")
         rating_scale = (float(df["rating"].min()), float(df["rating"].max()))
+        if not np.isfinite(rating_scale).all():
+            raise ValueError(f"ratings must be finite numbers; the smallest and largest are {rating_scale}")
     else:
-        if len(rating_scale) != 2 or not float(rating_scale[0]) < float(rating_scale[1]):
-            raise ValueError(f"rating_scale must be a pair (low, high) with low < high; got {rating_scale!r}")
-        rating_scale = (float(rating_scale[0]), float(rating_scale[1]))
+        pair = tuple(rating_scale) if isinstance(rating_scale, (tuple, list, np.ndarray)) else ()
+        if len(pair) != 2 or not all(isinstance(v, (numbers.Real, np.number)) and math.isfinite(v) for v in pair) \
+                or not pair[0] < pair[1]:
+            raise ValueError(f"rating_scale must be a pair of finite numbers (low, high) with low < high; "
+                             f"got {rating_scale!r}")
+        rating_scale = (float(pair[0]), float(pair[1]))
         validate_ratings(df, rating_scale, "df")
     from surprise import Dataset, Reader  # lazy: only this function needs Surprise
 

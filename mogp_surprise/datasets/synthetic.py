@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 import operator
 from typing import Sequence, Union
 
@@ -231,6 +232,9 @@ def make_synthetic_ratings(
     nonlinearity = _check_real("nonlinearity", nonlinearity)
     popularity_skew = _check_real("popularity_skew", popularity_skew)
 
+    if not (random_state is None or isinstance(random_state, np.random.Generator)
+            or isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool) and random_state >= 0):
+        raise ValueError(f"random_state must be None, an int >= 0 or a numpy Generator; got {random_state!r}")
     rng = np.random.default_rng(random_state)
     users, items = _sample_pairs(rng, n_users, n_items, n_ratings, popularity_skew)
     rating, f_true, noise_sd = _ratings(rng, users, items, n_users, n_items, latent_dim, scale,

@@ -259,3 +259,16 @@ def test_registry_scales():
     scales = {name: spec.rating_scale for name, spec in DATASETS.items()}
     assert scales == {"ml-100k": (1, 5), "ml-1m": (1, 5), "ml-10m": (0.5, 5), "jester": (-10, 10)}
     assert DATASETS["ml-10m"].surprise_layout is None
+
+
+@pytest.mark.parametrize("ratings, scale, match", [
+    ([1.0, np.inf], None, r"ratings must be finite numbers; the smallest and largest are \(1.0, inf\)"),
+    ([1.0, 4.0], 5, r"rating_scale must be a pair of finite numbers \(low, high\) with low < high; got 5"),
+    ([1.0, 4.0], "15", r"rating_scale must be a pair of finite numbers .* got '15'"),
+    ([1.0, 4.0], (1, np.inf), r"rating_scale must be a pair of finite numbers"),
+])
+def test_to_surprise_dataset_checks_the_ratings_and_the_scale(ratings, scale, match):
+    df = pd.DataFrame({"user": ["a", "b"], "item": ["x", "y"], "rating": ratings})
+    with pytest.raises(ValueError, match=match):
+        to_surprise_dataset(df, scale)
+

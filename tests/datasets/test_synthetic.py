@@ -110,6 +110,8 @@ def test_builds_a_surprise_dataset():
     (dict(noise_std=(-0.1, 0.5)), r"noise_std must be"),
     (dict(noise_std=(0.1, np.inf)), r"noise_std must be"),
     (dict(nonlinearity=-1), r"nonlinearity must be a finite number >= 0.0; got -1"),
+    (dict(random_state=-1), r"random_state must be None, an int >= 0 or a numpy Generator; got -1"),
+    (dict(random_state="a"), r"random_state must be None, an int >= 0 or a numpy Generator; got 'a'"),
     (dict(popularity_skew="big"), r"popularity_skew must be a finite number"),
 ])
 def test_bad_arguments_raise(kwargs, match):
