@@ -69,7 +69,7 @@ def test_thompson_top_n_is_reproducible_for_a_seed_and_explores_otherwise(poster
     assert mean_list.items.shape == one.items[:1].shape
 
 
-@pytest.mark.parametrize("bad", [True, "seed", 1.5])
+@pytest.mark.parametrize("bad", [True, "seed", 1.5, -1])
 def test_bad_random_state(bad):
-    with pytest.raises(ValueError, match="`random_state` must be None, an int or a numpy Generator"):
+    with pytest.raises(ValueError, match="`random_state` must be None, an int >= 0 or a numpy Generator"):
         draw_generator(bad, torch.device("cpu"))
