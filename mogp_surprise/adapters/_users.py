@@ -58,11 +58,9 @@ class UserModelMixin:
 
         check_strategy(strategy, kappa, n, auto=True)
         check_bool("exclude_rated", exclude_rated)
-        if isinstance(users, (str, bytes)) or not isinstance(users, Iterable):
-            raise ValueError(f"recommend_many takes a sequence of raw user ids (a list, array or Series), got "
-                             f"{users!r}; for one user, recommend")
+        users = _id_list(users, f"recommend_many takes a sequence of raw user ids (a list, array or Series), got "
+                                f"{users!r}; for one user, recommend")
         post = self._user_item_posterior("recommend")
-        users = list(users)
         inner = self._user_codes(users)
         rated = [self._known_ratings(u)[0] if u >= 0 else np.empty(0, np.int64) for u in inner]
         # one list of the fitted posterior: its chosen items as `predict` gives them, pair by pair (core/recommend.py)
@@ -180,14 +178,19 @@ class UserModelMixin:
                              "std": np.sqrt(var)})
 
     def _known_item_codes(self, name: str, raw: Any) -> np.ndarray:
-        if isinstance(raw, (str, bytes)) or not hasattr(raw, "__iter__"):
-            raise ValueError(f"`{name}` must be a list of item ids, got {raw!r}")
-        raw = list(raw)
+        raw = _id_list(raw, f"`{name}` must be a list of item ids, got {raw!r}")
         codes = self._item_codes(raw) if raw else np.empty(0, dtype=np.int64)
         unknown = [r for r, c in zip(raw, codes.tolist()) if c < 0]
         if unknown:
             raise ValueError(f"`{name}` holds {len(unknown)} item id(s) not in the training data: {unknown[:5]}")
         return codes.astype(np.int64)
+
+
+def _id_list(raw: Any, error: str) -> list:
+    """``raw`` as a list of raw ids; ``ValueError(error)`` for one id (a string is one id, not its characters)."""
+    if isinstance(raw, (str, bytes)) or not isinstance(raw, Iterable):
+        raise ValueError(error)
+    return list(raw)
 
 
 def _with_user(post: MWGPPosterior, inner: int, folded) -> tuple[MWGPPosterior, int]:

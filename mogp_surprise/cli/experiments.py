@@ -35,8 +35,8 @@ def demo_command(args: argparse.Namespace) -> int:
     print("\nTop 5 for a new user, before any rating (cold start: the population's favourites, ranked by mean - std, "
           "the items the model is surest the user will like):")
     print(rec["new_top"].to_string(index=False, formatters=fmt))
-    print("\nOnboarding: among the films the new user has seen, ask about these first (mogp-surprise ask; gain: how much "
-          "the answer is expected to narrow their predictions):")
+    print("\nOnboarding: among the films the new user has seen, ask about these first (mogp-surprise ask; gain: how "
+          "much the answer is expected to narrow their predictions):")
     print(rec["questions"].to_string(index=False, formatters=fmt))
     shown = ", ".join(f"{item}={r:g}" for item, r in rec["new_ratings"].items())
     print(f"\n... and after folding in the answers {shown} (no refit; mogp-surprise recommend --rate):")
@@ -56,19 +56,18 @@ def compare_command(args: argparse.Namespace) -> int:
             return 2
         print(f"NOTE: {data.reason}\nComparing on seeded SYNTHETIC ratings instead (--allow-synthetic).")
     params = hyper_params(args)
-    if args.reuse:  # the earlier results checked before any fit, not after every fold
-        from ..comparison import load_results
-        held = load_results(args.reuse_from or args.out).curves
-        missing = [a for a in args.reuse if a not in held]
-        if missing:
-            raise ValueError(f"--reuse {missing}: {args.reuse_from or args.out} holds results of {sorted(held)}")
+    earlier, where = None, args.reuse_from or args.out
+    if args.reuse:  # the earlier results read and checked before any fit, not after every fold
+        from ..comparison.report import check_reusable, load_results
+        earlier = load_results(where)
+        check_reusable(earlier, args.reuse, where)
     print(f"Data: {data.source}; {args.folds}-fold CV (seed {args.seed}); algorithms: {', '.join(args.algos)}")
     result = compare(data.surprise_dataset(), algos=args.algos, n_folds=args.folds, random_state=args.seed,
                      mwgp_params=params, progress=not args.no_progress, rank_k=args.rank_k,
                      rank_threshold=args.rank_threshold)
     if args.reuse:
         from ..comparison import reuse_results
-        result = reuse_results(result, args.reuse_from or args.out, args.reuse)
+        result = reuse_results(result, earlier, args.reuse, where=where)
     title = args.title or f"{data.name}, {args.folds}-fold CV"
     paths = write_results(result, args.out, title=title, plots=False)
     print()

@@ -118,15 +118,17 @@ def _model_and_user(args: argparse.Namespace):
 def recommend_command(args: argparse.Namespace) -> int:
     from ..core.recommend import THOMPSON_SCALE
     algo, user, known, ratings = _model_and_user(args)
-    frame = algo.recommend(user, n=args.n, strategy=args.strategy, kappa=args.kappa, ratings=ratings, random_state=args.seed)
+    frame = algo.recommend(user, n=args.n, strategy=args.strategy, kappa=args.kappa, ratings=ratings,
+                           random_state=args.seed)
     if ratings:
         print(f"User {user}: {len(ratings)} rating(s) folded in" + (" on top of their training ratings" if known
                                                                    else " (not in the training data)"))
     elif not known:
         print(f"User {user} is not in the model and no --rate was given: cold-start ranking (the population's)")
     k, t = (1.0, THOMPSON_SCALE) if args.kappa is None else (args.kappa, args.kappa)
-    score = {"mean": "mean", "lcb": f"mean - {k:g} std", "ucb": f"mean + {k:g} std", "thompson": f"one posterior "
-             f"draw, spread x {t:g} (Thompson sampling)", "auto": f"mean - {k:g} std below 20 ratings, else mean"}[args.strategy]
+    score = {"mean": "mean", "lcb": f"mean - {k:g} std", "ucb": f"mean + {k:g} std",
+             "thompson": f"one posterior draw, spread x {t:g} (Thompson sampling)",
+             "auto": f"mean - {k:g} std below 20 ratings, else mean"}[args.strategy]
     print(f"Top {len(frame)} by {score}; est: the mean within the rating scale; 90 % interval: mean +- {Z90:.3f} std")
     _print_rows(algo, frame)
     return 0

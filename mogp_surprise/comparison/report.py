@@ -40,6 +40,14 @@ def write_results(result: CompareResult, out_dir: str | Path, title: str = "", p
     return paths
 
 
+def check_reusable(previous: CompareResult, algos: Sequence[str], where: str) -> None:
+    """``ValueError`` unless ``previous`` holds results of every one of ``algos`` (checked by the command line
+    before any fit, and by :func:`reuse_results`)."""
+    missing = [a for a in algos if a not in previous.curves]
+    if missing:
+        raise ValueError(f"cannot reuse {missing} from {where}: it holds {sorted(previous.curves)}")
+
+
 def load_results(out_dir: str | Path) -> CompareResult:
     """Read a folder written by :func:`write_results` back into a :class:`CompareResult`."""
     out = Path(out_dir)
@@ -97,7 +105,8 @@ def plot_results(results: CompareResult | str | Path, out_dir: str | Path | None
     return paths
 
 
-def reuse_results(result: CompareResult, previous: CompareResult | str | Path, algos: Sequence[str]) -> CompareResult:
+def reuse_results(result: CompareResult, previous: CompareResult | str | Path, algos: Sequence[str],
+                  where: str | None = None) -> CompareResult:
     """Add the per-fold results of ``algos`` from an earlier comparison (or its :func:`write_results`
     folder) to ``result``.
 
@@ -105,12 +114,13 @@ def reuse_results(result: CompareResult, previous: CompareResult | str | Path, a
     per ML-1M fold). The earlier run must have used the same folds: the same number of folds and
     seed, and the same number of test ratings in every fold (all checked; a different data set
     almost always differs there), and the same ``rank_k`` and ``rank_threshold`` when it has ranking
-    metrics (results written before them had none: their rows show no ranking metrics).
+    metrics (results written before them had none: their rows show no ranking metrics). ``where``: how errors
+    name ``previous`` (default: its folder, or "the earlier result").
     """
     if not isinstance(previous, CompareResult):
-        where, previous = previous, load_results(previous)
+        where, previous = where or previous, load_results(previous)
     else:
-        where = "the earlier result"
+        where = where or "the earlier result"
     old = previous.settings
     for key in ("n_folds", "random_state", "rank_k", "rank_threshold"):
         if key.startswith("rank_") and key not in old:  # written before the ranking metrics: they stay empty
@@ -124,9 +134,7 @@ def reuse_results(result: CompareResult, previous: CompareResult | str | Path, a
     if sizes_now != sizes_then:
         raise ValueError(f"cannot reuse {where}: its folds hold {sizes_then} test ratings, this "
                          f"comparison's {sizes_now} (another data set or split)")
-    missing = [a for a in algos if a not in previous.curves]
-    if missing:
-        raise ValueError(f"cannot reuse {missing} from {where}: it holds {sorted(previous.curves)}")
+    check_reusable(previous, algos, where)
     clash = [a for a in algos if a in result.curves]
     if clash:
         raise ValueError(f"{clash} were both run now and requested from {where}")

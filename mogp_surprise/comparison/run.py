@@ -87,14 +87,15 @@ def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: i
     if not isinstance(dataset, Dataset):
         raise TypeError(f"compare takes a surprise Dataset (e.g. Dataset.load_from_df(...), which it splits into "
                         f"folds), got {type(dataset).__name__}")
-    if isinstance(algos, str) or not list(algos):
+    names = [] if isinstance(algos, str) else list(algos)
+    if not names:
         raise ValueError(f"`algos` must be a non-empty list of algorithm names, got {algos!r}")
     bad = {k: v for k, v in (extra_algos or {}).items() if not isinstance(v, AlgoSpec)}
     if bad:
         raise TypeError(f"`extra_algos` maps names to AlgoSpec(label, uncertainty, make) entries; got {bad} (wrap "
                         "a Surprise algorithm: AlgoSpec('kNN', 'homoscedastic', lambda seed, params: "
                         "HomoscedasticBaseline(KNNBasic())))")
-    algos = list(algos)
+    algos = names
     registry = {**ALGORITHMS, **(extra_algos or {})}
     unknown = [a for a in algos if a not in registry]
     if unknown:

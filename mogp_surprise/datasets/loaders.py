@@ -271,7 +271,7 @@ def to_surprise_dataset(df: pd.DataFrame, rating_scale: tuple[float, float] | No
             raise ValueError(f"ratings must be finite numbers; the smallest and largest are {rating_scale}")
     else:
         pair = tuple(rating_scale) if isinstance(rating_scale, (tuple, list, np.ndarray)) else ()
-        if len(pair) != 2 or not all(isinstance(v, (numbers.Real, np.number)) and math.isfinite(v) for v in pair) \
+        if len(pair) != 2 or not all(isinstance(v, numbers.Real) and math.isfinite(v) for v in pair) \
                 or not pair[0] < pair[1]:
             raise ValueError(f"rating_scale must be a pair of finite numbers (low, high) with low < high; "
                              f"got {rating_scale!r}")
