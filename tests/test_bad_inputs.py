@@ -71,7 +71,7 @@ def with_value(column: str, value: Any, row: int = 3, df: pd.DataFrame = DF) -> 
     """Copy of ``df`` with ``df.loc[row, column] = value`` (column made object dtype)."""
     out = df.copy()
     out[column] = out[column].astype(object)
-    out.loc[row, column] = value
+    out.at[row, column] = value  # .at: a list or dict is one value
     return out
 
 
@@ -543,6 +543,21 @@ TABLE = [
     row(lambda c: c.sk.predict(XY.astype(str)),
         Warns(UserWarning, r"user id '\d+' \(str\) is not in the training data, but \d+ \(int\) is"),
         "ids/sklearn/predict-str-ids-after-int-fit"),
+    row(lambda c: fit_sk(with_value("user", {"a": 1})[["user", "item"]], Y),
+        Raises(TypeError, r"id column 'user' must hold hashable labels such as str or int; got the dict "
+                          r"\{'a': 1\} at row 3"), "ids/sklearn/user-dict"),
+    row(lambda c: c.sk.predict(with_value("item", ["i", 2])[["user", "item"]]),
+        Raises(TypeError, r"id column 'item' must hold hashable labels.*got the list \['i', 2\] at row 3"),
+        "ids/sklearn/predict-item-list"),
+    row(lambda c: c.su.predict_dist([[int(DF.user[0]), int(DF.user[1])]], [int(DF.item[0])]),
+        Raises(TypeError, r"user ids must be hashable labels such as str or int; got the list \[\d+, \d+\] at "
+                          r"position 0"), "ids/surprise/predict_dist-nested-lists"),
+    row(lambda c: c.su.predict(int(DF.user[0]), [int(DF.item[0])]),
+        Raises(TypeError, r"item ids must be hashable labels.*got the list \[\d+\] at position 0"),
+        "ids/surprise/predict-list-id"),
+    row(lambda c: fit_sk(XY.assign(ctx=DF.index % 2), Y).predict(XY.assign(ctx=DF.index % 2 == 1)),
+        Warns(UserWarning, r"ctx id False \(bool\) is not in the training data, but 0 \(int\) is"),
+        "ids/sklearn/predict-bool-context-after-int-fit"),
     # ---------------------------------------------------------------- shapes ----------------------
     row(lambda c: fit_sk(XY[["user"]], Y),
         Raises(ValueError, r"X has 1 feature\(s\) \(shape=\(\d+, 1\)\) while a minimum of 2 is required"),

@@ -373,3 +373,25 @@ def test_a_missing_optional_dependency_stops_compare_before_any_fit(synthetic_da
     rc = main(["compare", "--data-dir", str(tiny_ml100k), "--folds", "2", "--algos", "svd", "bgplvm",
                "--out", str(tmp_path / "o"), "--no-progress"])
     assert rc == 2 and "[bgplvm]" in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
+def test_cli_errors_under_torchrun_name_the_rank_in_one_write(tmp_path, monkeypatch):
+    """torchrun passes every process's stderr through: each error is one write, prefixed by its rank."""
+    import io
+
+    writes: list[str] = []
+
+    class Stderr(io.StringIO):
+        def write(self, text: str) -> int:
+            writes.append(text)
+            return len(text)
+
+    monkeypatch.setattr("sys.stderr", Stderr())
+    missing = str(tmp_path / "none.pt")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    assert main(["predict", "--model", missing, "--user", "1", "--item", "2"]) == 2
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert main(["predict", "--model", missing, "--user", "1", "--item", "2"]) == 2
+    assert len(writes) == 2 and all(w.endswith("\n") and w.count("\n") == 1 for w in writes), writes
+    assert writes[0].startswith("error (rank 1): ") and writes[1].startswith("error: ") and missing in writes[1]

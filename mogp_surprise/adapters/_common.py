@@ -4,6 +4,7 @@ from __future__ import annotations
 import inspect
 import numbers
 import os
+import reprlib
 import sys
 import warnings
 import weakref
@@ -96,7 +97,10 @@ class IdEncoder:
     @classmethod
     def fit(cls, name: str, values: Sequence[Any] | np.ndarray) -> tuple["IdEncoder", np.ndarray]:
         """An encoder of the distinct ``values`` (in order of appearance) and the inner index of each value."""
-        codes, uniques = pd.factorize(pd.Index(_as_object(values)), sort=False)
+        try:
+            codes, uniques = pd.factorize(pd.Index(_as_object(values)), sort=False)
+        except TypeError as exc:
+            raise _unhashable(f"{name} ids must be", values) or exc from None
         return cls(name, uniques), codes.astype(np.int64)
 
     @property
@@ -108,7 +112,10 @@ class IdEncoder:
             codes = [self.lookup(value) for value in values]
             if None not in codes:
                 return np.array(codes, dtype=np.int64)
-        return self.classes_.get_indexer(pd.Index(_as_object(values))).astype(np.int64)
+        try:
+            return self.classes_.get_indexer(pd.Index(_as_object(values))).astype(np.int64)
+        except TypeError as exc:
+            raise _unhashable(f"{self.name} ids must be", values) or exc from None
 
     def __contains__(self, value: Any) -> bool:
         return value in self.classes_
@@ -131,6 +138,18 @@ class IdEncoder:
         except TypeError:  # unhashable
             return None
         return pos if pos is not None and type(table[1][pos]) is type(value) else None
+
+
+def _unhashable(subject: str, values: Sequence[Any] | np.ndarray, unit: str = "position") -> TypeError | None:
+    """The error naming the first raw id that cannot be one (a list, a dict: ids are hashable labels), if any;
+    ``subject`` says what must be hashable (``"user ids must be"``)."""
+    for pos, value in enumerate(values):
+        try:
+            hash(value)
+        except TypeError:
+            return TypeError(f"{subject} hashable labels such as str or int; got the "
+                             f"{type(value).__name__} {reprlib.repr(value)} at {unit} {pos}")
+    return None
 
 
 def _as_object(values) -> np.ndarray:
@@ -165,7 +184,10 @@ def check_id_column(name: str, values: np.ndarray) -> None:
         pos = int(np.flatnonzero(missing)[0])
         raise ValueError(f"id column {name!r} must not contain None/NaN; found {int(missing.sum())} "
                          f"(first at row {pos}: {values[pos]!r})")
-    distinct = pd.unique(values)
+    try:
+        distinct = pd.unique(values)
+    except TypeError as exc:
+        raise _unhashable(f"id column {name!r} must hold", values, "row") or exc from None
     strings = [v for v in distinct if isinstance(v, str)]
     if strings and len(strings) < len(distinct):  # a mix of str and other ids: fine unless two spell the same id
         present = set(distinct.tolist())
@@ -204,13 +226,14 @@ def _caller_level() -> int:
 
 
 def id_twin(value: Any) -> Any:
-    """The same id spelt with the other type: ``"196"`` for ``196``, ``196`` for ``"196"``; else None."""
+    """The same id spelt with the other type: ``"196"`` for ``196``, ``196`` for ``"196"``, ``0`` for ``False``
+    (a context column of bins 0 / 1 asked with booleans); else None."""
     if isinstance(value, str):
         text = value.strip()
         digits = text[1:] if text.startswith("-") else text  # one sign at most: "--5" is no number
         return int(text) if digits.isdecimal() else None
     if isinstance(value, (bool, np.bool_)):
-        return None
+        return int(value)
     integral = isinstance(value, (numbers.Integral, np.integer))
     if integral or (isinstance(value, (float, np.floating)) and float(value).is_integer()):
         return str(int(value))
@@ -257,7 +280,7 @@ def warn_id_twins(owner: Any, name: str, values: Sequence[Any], codes: np.ndarra
         if twin is not None and known(twin):
             n_twins = int(sum(1 for p in unknown if (t := id_twin(values[p])) is not None and known(t)))
             warnings.warn(
-                f"{name} id {value!r} ({type(value).__name__}) is not in the training data, but {twin!r} "
+                f"{name} id {plain_id(value)!r} ({type(value).__name__}) is not in the training data, but {twin!r} "
                 f"({type(twin).__name__}) is: ids are matched by value and type (ids read from text, as in "
                 f"Surprise's data sets, are strings). {n_twins} {name} id(s) like this get the cold-start "
                 f"(unseen {name}) answer; pass ids of the type used in training.", UserWarning,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from typing import Sequence
 
@@ -132,5 +133,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ..core.errors import NumericalError
         if not isinstance(exc, (ValueError, TypeError, OSError, ImportError, NumericalError)):
             raise
-        print(f"error: {exc}", file=sys.stderr)
+        sys.stderr.write(f"{_error_prefix()}: {exc}\n")  # one write: the lines of torchrun's processes stay apart
+        sys.stderr.flush()
         return 2
+
+
+def _error_prefix() -> str:
+    """``error``, and under torchrun (more than one process) the process's rank: ``error (rank 1)``."""
+    world, rank = os.environ.get("WORLD_SIZE", "1"), os.environ.get("RANK")
+    return f"error (rank {rank})" if world.isdecimal() and int(world) > 1 and rank is not None else "error"

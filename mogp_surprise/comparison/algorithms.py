@@ -25,6 +25,13 @@ def _mwgp(paper_model: bool) -> Callable[[int, dict[str, Any]], Any]:
     return make
 
 
+def paper_model_overrides(params: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """The ``mwgp_params`` that ``mwgp_paper`` does not take, since ``PAPER_MODEL`` sets them otherwise:
+    ``{name: (asked, paper's)}`` (the paper's model stays the paper's; ``mwgp`` takes them all)."""
+    from ..core.config import PAPER_MODEL
+    return {k: (v, PAPER_MODEL[k]) for k, v in params.items() if k in PAPER_MODEL and v != PAPER_MODEL[k]}
+
+
 def _homoscedastic(name: str, **kwargs: Any) -> Callable[[int, dict[str, Any]], Any]:
     """The Surprise algorithm ``name`` (with ``kwargs``, seeded) given one residual variance."""
     def make(seed: int, params: dict[str, Any]):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from typing import Any, Sequence
 
 import numpy as np
@@ -23,7 +24,7 @@ from ..evaluation import arrays_from_predictions, qp_curve, uncertainty_report
 from ..evaluation._validation import check_triplet
 from ..evaluation.metrics import calibration_curve
 from ..evaluation.ranking import default_relevance_threshold, ranking_report
-from .algorithms import ALGORITHMS, AlgoSpec
+from .algorithms import ALGORITHMS, AlgoSpec, paper_model_overrides
 from .result import CompareResult
 
 logger = logging.getLogger(__name__)
@@ -64,7 +65,9 @@ def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: i
     random_state : int, default=0
         Seeds the folds and every algorithm.
     mwgp_params : dict, optional
-        Hyper-parameters passed to :class:`~mogp_surprise.MWGP`.
+        Hyper-parameters passed to :class:`~mogp_surprise.MWGP`; ``mwgp_paper`` takes those that
+        ``PAPER_MODEL`` leaves open (e.g. ``n_inducing``, ``device``) and warns about the others
+        (e.g. ``n_epochs``: 30).
     progress : bool, default=False
         Show a tqdm bar over (fold, algorithm) fits.
     extra_algos : dict of str -> AlgoSpec, optional
@@ -108,6 +111,11 @@ def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: i
     if rank_threshold is None:
         rank_threshold = default_relevance_threshold(dataset.reader.rating_scale)
     params = dict(mwgp_params or {})
+    overridden = paper_model_overrides(params) if "mwgp_paper" in algos else {}
+    if overridden:
+        kept = ", ".join(f"{name}={paper!r} (not {asked!r})" for name, (asked, paper) in overridden.items())
+        warnings.warn(f"mwgp_paper keeps the paper's {kept}; mwgp_params apply to it only where PAPER_MODEL leaves "
+                      "them open", UserWarning, stacklevel=2)
     rows: list[dict[str, Any]] = []
     curves: dict[str, list[pd.DataFrame]] = {a: [] for a in algos}
     pooled: dict[str, list[np.ndarray]] = {a: [] for a in algos}

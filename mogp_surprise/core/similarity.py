@@ -1,6 +1,6 @@
 """Which items are near each other, for the neighbourhood term (:mod:`.terms.neighbourhood`): each item's most
-similar items by the shrunk cosine of the residuals over their common raters, and where each training rating's
-neighbours sit in the sorted rating graph. Formed once before training; torch only."""
+similar items by the shrunk cosine of the residual vectors (0 where a user did not rate the item), and where each
+training rating's neighbours sit in the sorted rating graph. Formed once before training; torch only."""
 from __future__ import annotations
 
 import math

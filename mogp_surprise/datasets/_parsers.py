@@ -92,8 +92,8 @@ def validate_ratings(frame: pd.DataFrame, rating_scale: tuple[float, float], sou
     Raises
     ------
     ValueError
-        If a column is missing, the frame is empty, an id is empty or missing, a rating is NaN,
-        or a rating lies outside ``rating_scale``. The message names ``source`` and the problem.
+        If a column is missing, the frame is empty, an id is empty or missing, a rating is NaN
+        or infinite, or a rating lies outside ``rating_scale``. The message names ``source`` and the problem.
     """
     missing = [c for c in ("user", "item", "rating") if c not in frame.columns]
     if missing:
@@ -114,6 +114,10 @@ def validate_ratings(frame: pd.DataFrame, rating_scale: tuple[float, float], sou
     if nan.any():
         raise ValueError(f"{source}: {int(nan.sum())} NaN rating(s), first at data "
                          f"row {int(np.flatnonzero(nan)[0])} (0-based)")
+    infinite = np.isinf(ratings)  # whatever the scale: no rating is infinite
+    if infinite.any():
+        raise ValueError(f"{source}: {int(infinite.sum())} infinite rating(s), first at data "
+                         f"row {int(np.flatnonzero(infinite)[0])} (0-based)")
     low, high = rating_scale
     outside = (ratings < low) | (ratings > high)
     if outside.any():

@@ -267,8 +267,6 @@ def to_surprise_dataset(df: pd.DataFrame, rating_scale: tuple[float, float] | No
     if rating_scale is None:
         validate_ratings(df, (-np.inf, np.inf), "df")
         rating_scale = (float(df["rating"].min()), float(df["rating"].max()))
-        if not np.isfinite(rating_scale).all():
-            raise ValueError(f"ratings must be finite numbers; the smallest and largest are {rating_scale}")
     else:
         pair = tuple(rating_scale) if isinstance(rating_scale, (tuple, list, np.ndarray)) else ()
         if len(pair) != 2 or not all(isinstance(v, numbers.Real) and math.isfinite(v) for v in pair) \

@@ -76,8 +76,9 @@ def test_reuse_takes_earlier_per_fold_results_on_the_same_folds(synthetic_data, 
     from mogp_surprise.comparison import reuse_results
 
     extra = {"rec_a": AlgoSpec("A", "predictive", lambda seed, p: _Recorder())}
-    first = compare(synthetic_data, algos=["rec_a", "mwgp_paper"], n_folds=2, mwgp_params=TINY_MWGP,
-                    extra_algos=extra)
+    with pytest.warns(UserWarning, match=r"mwgp_paper keeps the paper's n_epochs=30 \(not 2\); mwgp_params apply"):
+        first = compare(synthetic_data, algos=["rec_a", "mwgp_paper"], n_folds=2, mwgp_params=TINY_MWGP,
+                        extra_algos=extra)
     write_results(first, tmp_path / "first")
     second = compare(synthetic_data, algos=["mwgp"], n_folds=2, mwgp_params=TINY_MWGP)
     merged = reuse_results(second, tmp_path / "first", ["rec_a", "mwgp_paper"])

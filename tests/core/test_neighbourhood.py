@@ -175,6 +175,20 @@ def test_dense_and_sparse_products_choose_the_most_similar_items(data, term, mon
         np.testing.assert_allclose(np.sort(sim[i, chosen[i]]), np.sort(sim[i])[::-1][:k][::-1], atol=tol)
 
 
+@pytest.mark.parametrize("dense", [True, False])
+def test_the_similarity_is_the_cosine_of_whole_residual_vectors(monkeypatch, dense):
+    """As documented: the sum over common raters, each norm over the item's own raters. Item A agrees perfectly
+    with item 0 on its two common raters but has four raters of its own (cosine 2 / (2 sqrt 38) = 0.16); item B
+    nearly agrees on all four (0.97). A cosine over common raters only would pick A (1.0)."""
+    monkeypatch.setattr(similarity, "DENSE_ENTRIES", 2 ** 25 if dense else 0)
+    rows = [(0, 0, 1.), (1, 0, 1.), (2, 0, -1.), (3, 0, -1.),
+            (0, 1, 1.), (1, 1, 1.), (4, 1, 3.), (5, 1, 3.), (6, 1, 3.), (7, 1, 3.),
+            (0, 2, 1.), (1, 2, 1.), (2, 2, -1.), (3, 2, -.5)]
+    idx = torch.tensor([[u, i] for u, i, _ in rows])
+    residual = torch.tensor([r for *_, r in rows], dtype=torch.float64)
+    assert similarity.item_neighbours(idx, residual, (8, 3), 1, 0.0)[0].item() == 2
+
+
 def test_the_noise_alone_is_formed_without_the_mean_only_terms(fitted):
     """``noise_variances`` skips the terms that add to the mean only (the neighbourhood's lookups among them) and
     gives the noise variance of the whole predictive; those terms' parts leave the noise, inputs and scale alone."""

@@ -262,7 +262,7 @@ def test_registry_scales():
 
 
 @pytest.mark.parametrize("ratings, scale, match", [
-    ([1.0, np.inf], None, r"ratings must be finite numbers; the smallest and largest are \(1.0, inf\)"),
+    ([1.0, np.inf], None, r"df: 1 infinite rating\(s\), first at data row 1"),
     ([1.0, 4.0], 5, r"rating_scale must be a pair of finite numbers \(low, high\) with low < high; got 5"),
     ([1.0, 4.0], "15", r"rating_scale must be a pair of finite numbers .* got '15'"),
     ([1.0, 4.0], (1, np.inf), r"rating_scale must be a pair of finite numbers"),
@@ -272,3 +272,13 @@ def test_to_surprise_dataset_checks_the_ratings_and_the_scale(ratings, scale, ma
     with pytest.raises(ValueError, match=match):
         to_surprise_dataset(df, scale)
 
+
+@pytest.mark.parametrize("value, match", [(np.inf, r"df: 1 infinite rating\(s\), first at data row 2"),
+                                          (np.nan, r"df: 1 NaN rating\(s\), first at data row 2")])
+def test_describe_ratings_refuses_a_rating_that_is_no_number(value, match):
+    from mogp_surprise.datasets import describe_ratings
+
+    df = pd.DataFrame({"user": [1, 2, 3], "item": [1, 1, 2], "rating": [1.0, 2.0, value]})
+    with pytest.raises(ValueError, match=match):
+        describe_ratings(df)
+    assert describe_ratings(df.iloc[:2])["scale"] == (1.0, 2.0)

@@ -3,8 +3,9 @@
     r_ui += |R(i; u)|^(-1/2) sum_{j in R(i; u)} (e_uj w_{i,k(j)} + c_{i,k(j)})
 
 - The item's neighbours are its K (``NEIGHBOURS``) most similar items, j = its k(j)-th. The similarity is the
-  cosine of the items' residuals over their common raters, shrunk by n / (n + ``SHRINK``), n the number of
-  common raters.
+  cosine of the items' residual vectors over all users (0 where a user did not rate the item: the sum over the
+  common raters, each norm over the item's own raters), shrunk by n / (n + ``SHRINK``), n the number of common
+  raters.
 - R(i; u) holds the neighbours of i that u rated.
 - e_uj is the residual of u's rating of j after the biases' closed-form start. That start is empirical Bayes,
   as the bias term starts (:meth:`~.bias.Bias.initialise_from_data`). It is fixed before training.
