@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import threading
 import weakref
 from collections.abc import Iterable
 from typing import Any, Callable, Sequence
@@ -16,6 +17,24 @@ from ._common import check_not_twin, plain_id
 
 #: each fitted adapter's who-rated-what graph, with the object it was built from (kept out of pickles and files)
 _GRAPHS: "weakref.WeakKeyDictionary[Any, tuple[Any, Any]]" = weakref.WeakKeyDictionary()
+#: each adapter's lock for storing a folded-in user (threads of a service): kept out of pickles and files
+_STORE_LOCKS: "weakref.WeakKeyDictionary[Any, threading.Lock]" = weakref.WeakKeyDictionary()
+_LOCKS_LOCK = threading.Lock()
+
+
+def _store_lock(adapter: Any) -> threading.Lock:
+    with _LOCKS_LOCK:
+        return _STORE_LOCKS.setdefault(adapter, threading.Lock())
+
+
+def check_user_id(user: Any, what: str) -> Any:
+    """``user`` as a plain id; ``ValueError`` for a missing one (None, NaN, ``pd.NA``, ``NaT``), which ``fit``
+    refuses too: a service with a missing id would otherwise serve the cold-start answer without a word."""
+    user = plain_id(user)
+    missing = user is None or user is pd.NA or user is pd.NaT or (isinstance(user, float) and math.isnan(user))
+    if missing or (isinstance(user, np.datetime64) and np.isnat(user)):
+        raise ValueError(f"the user id {what} must not be None/NaN, as in the training data; got {user!r}")
+    return user
 
 
 class UserModelMixin:
@@ -42,6 +61,7 @@ class UserModelMixin:
 
     def _recommend(self, user: Any, n: int, strategy: str, kappa: float | None, exclude_rated: bool,
                    ratings: Any, random_state: Any = None) -> pd.DataFrame:
+        user = check_user_id(user, "to recommend to")
         if ratings is None:
             return self._recommend_many([user], n, strategy, kappa, exclude_rated, random_state, with_user=False)
         from ..core.recommend import check_strategy
@@ -60,8 +80,10 @@ class UserModelMixin:
         check_bool("exclude_rated", exclude_rated)
         users = _id_list(users, f"recommend_many takes a sequence of raw user ids (a list, array or Series), got "
                                 f"{users!r}; for one user, recommend")
-        post = self._user_item_posterior("recommend")
-        inner = self._user_codes(users)
+        users = [check_user_id(u, "to recommend to") for u in users]
+        self._user_item_posterior("recommend")
+        inner = self._user_codes(users)  # the ids before the posterior: a user stored meanwhile has its row there
+        post = self.posterior_
         rated = [self._known_ratings(u)[0] if u >= 0 else np.empty(0, np.int64) for u in inner]
         # one list of the fitted posterior: its chosen items as `predict` gives them, pair by pair (core/recommend.py)
         return self._frame(post, users, inner, rated, n, strategy, kappa, random_state, exclude_rated, with_user,
@@ -81,7 +103,8 @@ class UserModelMixin:
                        exclude=rated if exclude_rated else None, random_state=random_state, by_pairs=by_pairs)
         valid = result.items >= 0
         rows, ranks = np.nonzero(valid)
-        users = np.asarray(list(raw_users), dtype=object)
+        users = np.empty(len(raw_users), dtype=object)
+        users[:] = list(raw_users)  # tuple ids stay one id each
         mean = result.mean[valid]
         columns = {"user": users[rows]} if with_user else {}
         return pd.DataFrame({**columns, "rank": ranks + 1,
@@ -95,12 +118,13 @@ class UserModelMixin:
         return mean if scale is None else np.clip(mean, *scale)
 
     def _fold_in(self, user: Any, ratings: Any):
-        user = plain_id(user)
-        if user is None or user is pd.NA or (isinstance(user, float) and math.isnan(user)):
-            raise ValueError(f"the user id to fold in must not be None/NaN, as in the training data; got {user!r}")
-        post, row, items, values = self._folded(user, ratings)
-        self._store_user(user, row, items, values)
-        self.posterior_ = post
+        user = check_user_id(user, "to fold in")
+        # one fold-in at a time: each reads the model and stores the user in it (threads of a service lost users
+        # and put two in one row). The posterior first: until the id is stored, its new row is never read
+        with _store_lock(self):
+            post, row, items, values = self._folded(user, ratings)
+            self.posterior_ = post
+            self._store_user(user, row, items, values)
         return self
 
     def _user_ratings(self, user: Any, ratings: Any) -> tuple[int, np.ndarray, np.ndarray]:
@@ -129,8 +153,9 @@ class UserModelMixin:
         """
         from ..core.foldin import fold_in
 
-        post = self._user_item_posterior("fold-in")
+        self._user_item_posterior("fold-in")
         inner, items, values = self._user_ratings(user, ratings)
+        post = self.posterior_  # after the ids (as in _recommend_many)
         if inner < 0:
             folded = fold_in(post, items, values)
         else:
@@ -153,8 +178,10 @@ class UserModelMixin:
     def _ask(self, user: Any, n: int, ratings: Any, candidates: Any, exclude: Any) -> pd.DataFrame:
         from ..core.elicit import answer_probability, ask
 
-        post = self._user_item_posterior("ask")
+        user = check_user_id(user, "to ask")
+        self._user_item_posterior("ask")
         inner, items, values = self._user_ratings(user, {} if ratings is None else ratings)
+        post = self.posterior_  # after the ids (as in _recommend_many)
         chosen = {name: None if raw is None else self._known_item_codes(name, raw)
                   for name, raw in (("candidates", candidates), ("exclude", exclude))}
         counts = np.asarray(self._item_counts(), dtype=np.float64)

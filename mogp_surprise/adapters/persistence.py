@@ -27,7 +27,7 @@ from .._version import __version__
 from ..core.checkpoint import write_atomically
 from ..core.config import resolve_device
 from ..core.posterior import MWGPPosterior
-from ._common import ADDED_HYPER_PARAMS
+from ._common import ADDED_HYPER_PARAMS, plain_id
 
 FORMAT = "mogp_surprise"
 FORMAT_VERSION = 2
@@ -46,6 +46,26 @@ def _plain_hyper_params(params: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: the plain values ``torch.load(weights_only=True)`` reads back, and so the ids a model file can hold
+_LOADABLE = (str, int, float, bool, bytes, complex, type(None))
+
+
+def _loadable_id(value: Any) -> bool:
+    return isinstance(value, _LOADABLE) or (isinstance(value, tuple) and all(map(_loadable_id, value)))
+
+
+def check_loadable_ids(what: str, ids: Any) -> None:
+    """Refuse, before anything is written, an id that ``load`` could not read back (a ``pd.Timestamp``, a
+    ``datetime.date``, a ``Decimal``, a ``frozenset``: fit takes any hashable id, a tensors-only file does not):
+    the file would be written, replace the one there, and never load."""
+    for value in ids:
+        if not _loadable_id(value):
+            raise TypeError(f"cannot save a model whose {what} ids include {value!r} ({type(value).__name__}): a "
+                            f"model file holds ids that are str, int, float, bool or tuples of them; convert the "
+                            f"ids (e.g. str(), or a time column's .dt.strftime('%Y-%m')) and refit. Nothing was "
+                            f"written")
+
+
 def save_model(estimator: Any, path: str | os.PathLike, state: dict[str, Any]) -> None:
     """Write ``estimator`` (fitted) with its estimator-specific ``state`` to ``path``."""
     payload = {
@@ -61,7 +81,9 @@ def save_model(estimator: Any, path: str | os.PathLike, state: dict[str, Any]) -
     }
     names = getattr(estimator, "item_names_", None)
     if names is not None:  # optional display names of the items, e.g. movie titles
-        payload["item_names"] = {str(k): str(v) for k, v in dict(names).items()}
+        # keys as the item ids are (int ids stay ints), str where a file could not hold them
+        payload["item_names"] = {(k if _loadable_id(k) else str(k)): str(v)
+                                 for k, v in ((plain_id(k), v) for k, v in dict(names).items())}
     payload["checksum"] = checksum(payload)
     write_atomically(payload, path, "the model")
 

@@ -15,7 +15,7 @@ from ..core.errors import check_bool
 from ..core.trainer import fit_mwgp
 from ._common import PARAMS_DOC, HyperParamsMixin, IdEncoder, check_id_column, encode_ids, plain_id
 from ._users import UserModelMixin
-from .persistence import load_model, save_model
+from .persistence import check_loadable_ids, load_model, save_model
 
 
 class MWGPRegressor(HyperParamsMixin, UserModelMixin, RegressorMixin, BaseEstimator):
@@ -128,13 +128,13 @@ class MWGPRegressor(HyperParamsMixin, UserModelMixin, RegressorMixin, BaseEstima
         return self.encoders_[0].name
 
     def _user_codes(self, raw: Any) -> np.ndarray:
-        return self._encode(self.encoders_[0], np.asarray(list(raw), dtype=object))
+        return self._encode(self.encoders_[0], list(raw))  # a list: tuple ids stay ids
 
     def _user_encoder(self) -> IdEncoder:
         return self.encoders_[0]
 
     def _item_codes(self, raw: Any) -> np.ndarray:
-        return self._encode(self.encoders_[1], np.asarray(list(raw), dtype=object))
+        return self._encode(self.encoders_[1], list(raw))
 
     def _raw_items(self) -> np.ndarray:
         return self.encoders_[1].classes_.to_numpy()
@@ -160,9 +160,6 @@ class MWGPRegressor(HyperParamsMixin, UserModelMixin, RegressorMixin, BaseEstima
                 self.encoders_[1].n_levels)
 
     def _store_user(self, user: Any, row: int, items: np.ndarray, values: np.ndarray) -> None:
-        users = self.encoders_[0]
-        if row >= users.n_levels:
-            self.encoders_[0] = IdEncoder(users.name, users.classes_.append(pd.Index([user], dtype=object)))
         # the user's segment of the CSR arrays replaced (or appended): O(n_ratings) copies, no re-sort
         indptr, rated, rated_values = self._rated
         counts = np.diff(indptr)
@@ -172,11 +169,17 @@ class MWGPRegressor(HyperParamsMixin, UserModelMixin, RegressorMixin, BaseEstima
         self._rated = (np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
                        np.concatenate([rated[:lo], items, rated[hi:]]).astype(np.int64),
                        np.concatenate([rated_values[:lo], values, rated_values[hi:]]))
+        users = self.encoders_[0]  # the id last: a reader finds the user's row and ratings once it finds the id
+        if row >= users.n_levels:
+            self.encoders_[0] = IdEncoder(users.name, users.classes_.append(pd.Index([user], dtype=object)))
 
     def save(self, path) -> None:
         """Save the fitted model (weights, id maps, hyper-parameters, versions) to ``path``."""
         check_is_fitted(self, "posterior_")
-        state = {"classes": [[plain_id(c) for c in enc.classes_.tolist()] for enc in self.encoders_],
+        classes = [[plain_id(c) for c in enc.classes_.tolist()] for enc in self.encoders_]
+        for enc, ids in zip(self.encoders_, classes):
+            check_loadable_ids(enc.name, ids)
+        state = {"classes": classes,
                  "names": [enc.name for enc in self.encoders_],
                  "feature_names_in": (list(self.feature_names_in_) if hasattr(self, "feature_names_in_") else None),
                  "rated": (None if self._rated is None else [torch.from_numpy(a) for a in self._rated]),
@@ -197,7 +200,7 @@ class MWGPRegressor(HyperParamsMixin, UserModelMixin, RegressorMixin, BaseEstima
             est.rating_range_ = tuple(st["rating_range"])
         return est
 
-    def _encode(self, encoder: IdEncoder, values: np.ndarray) -> np.ndarray:
+    def _encode(self, encoder: IdEncoder, values: np.ndarray | list) -> np.ndarray:
         """Inner indices of one id column, -1 for unseen ids (warns once when 196 was meant as '196')."""
         return encode_ids(self.posterior_, encoder, values)
 

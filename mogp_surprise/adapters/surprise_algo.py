@@ -14,7 +14,7 @@ from ..core.distributed import DataParallel
 from ..core.trainer import fit_mwgp
 from ._common import PARAMS_DOC, HyperParamsMixin, check_id_column, plain_id, trainset_arrays
 from ._users import UserModelMixin
-from .persistence import load_model, save_model
+from .persistence import check_loadable_ids, load_model, save_model
 from .predictive import PredictiveAlgo
 
 
@@ -115,10 +115,10 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
         self._check_fitted()
         ts = self.trainset
         index, ratings = trainset_arrays(ts)
-        users, items = self._encoders()
-        state = {"rating_scale": tuple(float(x) for x in ts.rating_scale),
-                 "raw_users": [plain_id(u) for u in users.classes_.tolist()],
-                 "raw_items": [plain_id(i) for i in items.classes_.tolist()],
+        users, items = ([plain_id(v) for v in enc.classes_.tolist()] for enc in self._encoders())
+        check_loadable_ids("user", users)
+        check_loadable_ids("item", items)
+        state = {"rating_scale": tuple(float(x) for x in ts.rating_scale), "raw_users": users, "raw_items": items,
                  "index": torch.from_numpy(index), "ratings": torch.from_numpy(ratings)}
         save_model(self, path, state)
 

@@ -71,7 +71,9 @@ def from_version_1(old: dict[str, Any]) -> dict[str, Any]:
             mf_tables["implicit_0"] = table(foldin["item_mf_implicit"])
         terms.append(term("bilinear", {"rank": rank, "mf_reg": foldin.get("mf_reg"), "implicit": implicit},
                           mf_tables))
-    if old.get("noise_scales") is not None:  # per-level noise: the offsets' q(s), or their scales alone
+    # per-level noise: the offsets' q(s), or their scales alone; a homoscedastic model (the paper's) saved its scales
+    # too, all ones, and no offsets' prior: no term, as such a model is built today
+    if old.get("noise_scales") is not None and foldin.get("heteroscedastic", True):
         unseen = old.get("noise_scale_unseen", torch.ones(n_factors, dtype=dtype))
         offsets = {}
         for f in range(n_factors):

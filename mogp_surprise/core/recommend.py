@@ -42,7 +42,7 @@ def check_strategy(strategy: str, kappa: float | None, n: int, auto: bool = Fals
     allowed = (AUTO, *STRATEGIES) if auto else STRATEGIES
     if strategy not in allowed:
         raise ValueError(f"`strategy` must be one of {allowed}, got {strategy!r}")
-    if kappa is not None and (isinstance(kappa, bool) or not isinstance(kappa, (int, float, np.floating))
+    if kappa is not None and (isinstance(kappa, (bool, np.bool_)) or not isinstance(kappa, numbers.Real)
                               or not math.isfinite(kappa) or kappa < 0):
         raise ValueError(f"`kappa` must be None or a finite number >= 0, got {kappa!r}")
     check_int("n", n, 1)
@@ -65,7 +65,8 @@ def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: st
 
     Each user's catalogue is scored in one product (:meth:`~.posterior.MWGPPosterior.catalogue_moments`;
     by the mean: the means alone); the reported mean and std are the chosen items' predictive, as
-    :meth:`~.posterior.MWGPPosterior.predict` gives them, and the reported score is computed from them.
+    :meth:`~.posterior.MWGPPosterior.predict` gives them, and the reported score is computed from them; each list
+    is in the order of its reported scores.
 
     Parameters
     ----------
@@ -152,4 +153,8 @@ def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: st
                                        best_mean + sign * best_std)}
         for name, values in picked.items():
             out[name][rows] = values.masked_fill(~valid, math.nan).double().cpu().numpy()
-    return TopN(out_items, out["mean"], out["std"], out["score"])
+    # each list in the order of its reported scores: the catalogue's float32 variance ranked them, and lcb / ucb
+    # scores of the reported (float64) predictive can swap neighbours that differ by ~1e-4 (NaN, the empty, last)
+    order = np.argsort(-out["score"], axis=1, kind="stable")
+    out_items = np.take_along_axis(out_items, order, axis=1)
+    return TopN(out_items, *(np.take_along_axis(out[name], order, axis=1) for name in ("mean", "std", "score")))

@@ -213,3 +213,71 @@ def test_a_regressor_pickled_before_fold_in_existed_still_recommends():
     pd.testing.assert_frame_equal(restored.recommend(1, n=3), est.recommend(1, n=3))
     with pytest.raises(ValueError, match="refit it to fold in users"):
         restored.fold_in(1, [(5, 4.0)])
+
+
+@pytest.mark.parametrize("adapter", ["algo", "est"])
+def test_threads_folding_in_and_predicting_at_once_keep_every_user(adapter, request, split):
+    """A service's threads fold in users while others read the model: every user is kept, in a row of its own,
+    with the predictions of folding them in one after another, and no reader fails (before the lock: 3 of 16
+    users kept, two in one row, readers failing on a row the posterior did not have yet)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    _, held = split
+    groups = {uid: _pairs(g.iloc[:6]) for uid, g in held.groupby("user")}
+    target = held["item"].iloc[0]
+    threaded, serial = copy.deepcopy(request.getfixturevalue(adapter)), copy.deepcopy(request.getfixturevalue(adapter))
+    stop, failures = threading.Event(), []
+
+    def dist(model, users):
+        if adapter == "est":
+            return model.predict_dist(pd.DataFrame({"user": users, "item": [target] * len(users)}))
+        return model.predict_dist(users, [target] * len(users))
+
+    def read():
+        while not stop.is_set():
+            try:
+                for uid in groups:
+                    dist(threaded, [uid])
+                    threaded.recommend(uid, n=2)
+            except Exception as exc:  # noqa: BLE001 - any failure of a reader is the defect
+                failures.append(exc)
+                return
+
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    for t in readers:
+        t.start()
+    with ThreadPoolExecutor(6) as pool:
+        list(pool.map(lambda uid: threaded.fold_in(uid, groups[uid]), groups))
+    stop.set()
+    for t in readers:
+        t.join()
+    for uid in groups:
+        serial.fold_in(uid, groups[uid])
+    assert not failures, failures[:1]
+    assert threaded.posterior_.n_levels == serial.posterior_.n_levels
+    got, want = dist(threaded, list(groups)), dist(serial, list(groups))
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
+
+
+@pytest.mark.parametrize("user", [None, np.nan, pd.NA, pd.NaT, np.datetime64("NaT")])
+def test_a_missing_user_id_is_refused_by_recommend_ask_and_fold_in(algo, est, user):
+    for model in (algo, est):
+        for call in (lambda: model.recommend(user), lambda: model.recommend_many(["u20", user]),
+                     lambda: model.ask(user), lambda: model.recommend(user, ratings={"i1": 4}),
+                     lambda: model.fold_in(user, {"i1": 4})):
+            with pytest.raises(ValueError, match="must not be None/NaN, as in the training data"):
+                call()
+
+
+def test_tuple_user_ids_recommend_and_fold_in_from_the_regressor():
+    X = pd.DataFrame({"user": [("shop", 1), ("shop", 1), ("shop", 2), ("shop", 2), ("shop", 3)] * 20,
+                      "item": [1, 2, 1, 3, 2] * 20})
+    est = MWGPRegressor(random_state=0, n_epochs=2, n_inducing=4).fit(X, [5, 3, 4, 2, 1] * 20)
+    many = est.recommend_many([("shop", 1), ("shop", 2)], n=1)
+    assert many["user"].tolist() == [("shop", 1), ("shop", 2)]
+    est.fold_in(("shop", 9), {1: 5})
+    assert est.recommend(("shop", 9), n=2)["item"].tolist() == est.recommend(("shop", 9), n=2)["item"].tolist()
+    assert est.predict_dist(pd.DataFrame({"user": [("shop", 9)], "item": [1]}))[1][0] < \
+        est.predict_dist(pd.DataFrame({"user": [("shop", 8)], "item": [1]}))[1][0]

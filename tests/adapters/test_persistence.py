@@ -202,3 +202,38 @@ def test_loading_onto_a_device_this_machine_lacks_is_a_clear_error(surprise_mode
         with pytest.raises(ValueError, match=message):
             MWGP.load(tmp_path / "m.pt", device=device)
 
+
+
+def test_ids_a_file_cannot_hold_are_refused_before_anything_is_written(synthetic_df, surprise_model, tmp_path):
+    """fit takes any hashable id; a model file (tensors and plain values) does not: a time-bin column of
+    Timestamps, a fold-in of a datetime.date user. Before the check, save wrote a file that never loaded,
+    replacing the good one."""
+    import copy
+    import datetime
+
+    import pandas as pd
+
+    df = synthetic_df.iloc[:600].assign(period=pd.Timestamp("2020-01-01") + pd.to_timedelta(
+        np.arange(600) % 3 * 30, unit="D"))
+    est = MWGPRegressor(**{**FAST, "n_epochs": 1}).fit(df[["user", "item", "period"]], df["rating"])
+    path = tmp_path / "ctx.pt"
+    path.write_bytes(b"the file that was there")
+    with pytest.raises(TypeError, match=r"cannot save a model whose period ids include Timestamp\('2020-01-01"
+                                        r".*\(Timestamp\).*Nothing was written"):
+        est.save(path)
+    assert path.read_bytes() == b"the file that was there"
+    algo = copy.deepcopy(surprise_model)
+    item = algo.trainset.to_raw_iid(0)
+    algo.fold_in(datetime.date(2024, 5, 1), {item: 4})
+    with pytest.raises(TypeError, match=r"user ids include datetime.date\(2024, 5, 1\) \(date\)"):
+        algo.save(tmp_path / "m.pt")
+    assert not (tmp_path / "m.pt").exists()
+
+
+def test_item_names_keep_their_keys_through_a_file(surprise_model, tmp_path):
+    import copy
+
+    algo = copy.deepcopy(surprise_model)
+    algo.item_names_ = {5: "Five", "7": "Seven", ("a", 1): "A1"}
+    algo.save(tmp_path / "m.pt")
+    assert MWGP.load(tmp_path / "m.pt").item_names_ == {5: "Five", "7": "Seven", ("a", 1): "A1"}
