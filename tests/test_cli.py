@@ -59,13 +59,55 @@ def test_cli_compare_ranking_options_and_the_flipped_myfm(tiny_ml100k, tmp_path,
     assert json.loads((out / "results.json").read_text())["settings"]["rank_threshold"] == 3.5
 
 
-def test_compare_checks_the_results_to_reuse_before_any_fit(tiny_ml100k, tmp_path, capsys, monkeypatch):
-    import mogp_surprise.comparison as comparison
+def test_compare_checks_the_results_to_reuse_and_the_output_folder_before_any_fit(tiny_ml100k, tmp_path, capsys,
+                                                                                   monkeypatch):
+    """Every check that needs no fit comes before the first: the earlier results to reuse (folder, folds,
+    ranking metrics, a clash), the output folder (a file; results this run would drop), the arguments."""
+    from surprise.model_selection import KFold
 
-    monkeypatch.setattr(comparison, "compare", lambda *a, **k: pytest.fail("fitted before checking --reuse-from"))
-    base = ["compare", "--dataset", "ml-100k", "--data-dir", str(tiny_ml100k), "--algos", "mwgp", "--reuse", "svd"]
-    assert main([*base, "--reuse-from", str(tmp_path / "nowhere")]) == 2
-    assert "does not hold comparison results" in capsys.readouterr().err
+    out = tmp_path / "res"
+    data = ["--dataset", "ml-100k", "--data-dir", str(tiny_ml100k), "--no-progress"]
+    assert main(["compare", *data, "--algos", "svd", "svd8", "--folds", "2", "--out", str(out)]) == 0
+    capsys.readouterr()
+    written = {p.name: p.read_bytes() for p in out.iterdir()}
+    monkeypatch.setattr(KFold, "split", lambda *a, **k: pytest.fail("started the folds before the checks"))
+    (tmp_path / "afile").write_text("x")
+    cases = [
+        (["--algos", "mwgp", "--reuse", "svd", "--reuse-from", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o")],
+         "does not hold comparison results"),
+        (["--algos", "mwgp", "--reuse", "svd", "svd8", "--folds", "3", "--out", str(out)],
+         "it was run with n_folds=2, this comparison with n_folds=3"),
+        (["--algos", "mwgp", "--reuse", "svd", "svd8", "--folds", "2", "--rank-k", "5", "--out", str(out)],
+         "it was run with rank_k=10, this comparison with rank_k=5"),
+        (["--algos", "svd", "--reuse", "svd", "svd8", "--folds", "2", "--out", str(out)],
+         r"['svd'] were both run now and requested from"),
+        (["--algos", "mwgp", "--reuse", "svd", "--folds", "2", "--out", str(out)],
+         f"{out} holds the results of ['svd8'], which this comparison would drop: reuse them (--reuse svd8)"),
+        (["--algos", "mwgp", "--out", str(tmp_path / "afile" / "sub")],
+         f"cannot write the comparison's results to '{tmp_path / 'afile' / 'sub'}': '{tmp_path / 'afile'}' is a file"),
+        (["--algos", "svd", "svd", "--out", str(tmp_path / "o")], "`algos` names ['svd'] more than once"),
+        (["--algos", "svd", "--rank-threshold", "nan", "--out", str(tmp_path / "o")],
+         "`rank_threshold` must be a finite number, got nan"),
+        (["--algos", "svd", "--rank-threshold", "100", "--out", str(tmp_path / "o")],
+         "is above the top of the rating scale (1, 5)"),
+    ]
+    for args, message in cases:
+        assert main(["compare", *data, *args]) == 2, args
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and message in err, (args, err)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == written  # nothing there was touched
+
+
+def test_compare_reuses_into_its_own_folder_and_overwrites_only_when_asked(tiny_ml100k, tmp_path, capsys):
+    out = tmp_path / "res"
+    data = ["compare", "--dataset", "ml-100k", "--data-dir", str(tiny_ml100k), "--no-progress", "--folds", "2",
+            "--out", str(out)]
+    assert main([*data, "--algos", "svd", "svd8"]) == 0
+    assert main([*data, "--algos", "svd8", "--reuse", "svd"]) == 0  # every earlier algorithm kept
+    assert sorted(set(pd.read_csv(out / "folds.csv")["algo"])) == ["svd", "svd8"]
+    assert main([*data, "--algos", "svd", "--overwrite"]) == 0
+    assert sorted(set(pd.read_csv(out / "folds.csv")["algo"])) == ["svd"]
+    capsys.readouterr()
 
 
 def test_cli_demo_on_data(tiny_ml100k, capsys):

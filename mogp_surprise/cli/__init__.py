@@ -56,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "myfm (needs the myfm extra), myfm_flipped (myFM with implicit features on both sides; "
                            "myfm extra), bgplvm (the Bayesian GPLVM; needs the bgplvm extra)")
     cmp_.add_argument("--out", default="results", help="output folder (tables, curves, PNG plots)")
+    cmp_.add_argument("--overwrite", action="store_true",
+                      help="replace results in --out of algorithms this run neither fits nor reuses (else refused)")
     cmp_.add_argument("--seed", type=int, default=0, help="seed of the folds and of every algorithm")
     cmp_.add_argument("--rank-k", type=int, default=10, metavar="K",
                       help="top-K of the ranking metrics (precision@K, recall@K, top-K precision, NDCG@K)")

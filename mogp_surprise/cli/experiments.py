@@ -55,21 +55,17 @@ def compare_command(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 2
         print(f"NOTE: {data.reason}\nComparing on seeded SYNTHETIC ratings instead (--allow-synthetic).")
+    from ..comparison.report import check_results_folder
+
     params = hyper_params(args)
-    earlier, where = None, args.reuse_from or args.out
-    if args.reuse:  # the earlier results read and checked before any fit, not after every fold
-        from ..comparison.report import check_reusable, load_results
-        earlier = load_results(where)
-        check_reusable(earlier, args.reuse, where)
+    reuse = args.reuse or []
+    check_results_folder(args.out, [*args.algos, *reuse], args.overwrite)  # before any fit, as compare checks
     print(f"Data: {data.source}; {args.folds}-fold CV (seed {args.seed}); algorithms: {', '.join(args.algos)}")
     result = compare(data.surprise_dataset(), algos=args.algos, n_folds=args.folds, random_state=args.seed,
                      mwgp_params=params, progress=not args.no_progress, rank_k=args.rank_k,
-                     rank_threshold=args.rank_threshold)
-    if args.reuse:
-        from ..comparison import reuse_results
-        result = reuse_results(result, earlier, args.reuse, where=where)
+                     rank_threshold=args.rank_threshold, reuse=reuse, reuse_from=args.reuse_from or args.out)
     title = args.title or f"{data.name}, {args.folds}-fold CV"
-    paths = write_results(result, args.out, title=title, plots=False)
+    paths = write_results(result, args.out, title=title, plots=False, overwrite=args.overwrite)
     print()
     print(result.markdown())
     plotted = _plots(result, args.out, title)

@@ -15,13 +15,45 @@ from ..evaluation import plot_calibration, plot_qp, qp_curves_over_folds, save_f
 from .result import CompareResult
 
 _FILES = ("folds.csv", "curves.csv", "calibration.csv", "results.json")
+_PLOTS = ("qp_rmse.png", "qp_mae.png", "calibration.png")
 
 
-def write_results(result: CompareResult, out_dir: str | Path, title: str = "", plots: bool = True) -> dict[str, Path]:
-    """Save table.md/.csv, folds.csv, curves.csv, calibration.csv, results.json and (``plots``) the PNG
-    plots of :func:`plot_results`, which need matplotlib."""
+def check_results_folder(out_dir: str | Path, algos: Sequence[str], overwrite: bool = False) -> None:
+    """Refuse to write a comparison's results where they would fail or lose earlier ones: ``out_dir`` (or a
+    folder above it) is a file, or it holds results of algorithms that ``algos`` lacks (a run of ``mwgp``
+    into a folder of ``svd`` and ``svd8`` results would drop them; reuse them, choose another folder, or
+    ``overwrite``). Called by :func:`write_results`, and by the command line before any fit."""
     out = Path(out_dir)
+    for folder in (out, *out.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                raise ValueError(f"cannot write the comparison's results to {str(out)!r}: {str(folder)!r} is a file, "
+                                 "not a folder")
+            break
+    if overwrite or not out.is_dir() or not any((out / name).exists() for name in _FILES):
+        return
+    try:
+        held = list(dict.fromkeys(pd.read_csv(out / "folds.csv")["algo"]))
+    except Exception as exc:  # noqa: BLE001 - whatever makes the folder unreadable, it holds something
+        raise ValueError(f"{out} holds comparison results that cannot be read ({type(exc).__name__}: {exc}); "
+                         "choose another folder, or overwrite them (--overwrite)") from None
+    dropped = [a for a in held if a not in algos]
+    if dropped:
+        raise ValueError(f"{out} holds the results of {dropped}, which this comparison would drop: reuse them "
+                         f"(--reuse {' '.join(dropped)}), choose another folder, or overwrite them (--overwrite)")
+
+
+def write_results(result: CompareResult, out_dir: str | Path, title: str = "", plots: bool = True,
+                  overwrite: bool = False) -> dict[str, Path]:
+    """Save table.md/.csv, folds.csv, curves.csv, calibration.csv, results.json and (``plots``) the PNG
+    plots of :func:`plot_results`, which need matplotlib. A folder that holds results of algorithms ``result``
+    lacks is refused unless ``overwrite`` (:func:`check_results_folder`); plots of earlier results there are
+    removed (drawn again when ``plots``)."""
+    out = Path(out_dir)
+    check_results_folder(out, list(result.curves), overwrite)
     out.mkdir(parents=True, exist_ok=True)
+    for name in _PLOTS:  # they showed the results replaced here
+        (out / name).unlink(missing_ok=True)
     title = title or result.title
     paths = {"table_md": out / "table.md", "table_csv": out / "table.csv", "folds_csv": out / "folds.csv",
              "curves_csv": out / "curves.csv", "calibration_csv": out / "calibration.csv", "json": out / "results.json"}
@@ -40,28 +72,43 @@ def write_results(result: CompareResult, out_dir: str | Path, title: str = "", p
     return paths
 
 
-def check_reusable(previous: CompareResult, algos: Sequence[str], where: str) -> None:
-    """``ValueError`` unless ``previous`` holds results of every one of ``algos`` (checked by the command line
-    before any fit, and by :func:`reuse_results`)."""
-    missing = [a for a in algos if a not in previous.curves]
-    if missing:
-        raise ValueError(f"cannot reuse {missing} from {where}: it holds {sorted(previous.curves)}")
-
-
 def load_results(out_dir: str | Path) -> CompareResult:
-    """Read a folder written by :func:`write_results` back into a :class:`CompareResult`."""
+    """Read a folder written by :func:`write_results` back into a :class:`CompareResult`; its files are checked
+    against each other (every algorithm of ``folds.csv`` with a curve per fold and a calibration curve), so that a
+    damaged or half-written folder is refused, not plotted or reused."""
     out = Path(out_dir)
     missing = [n for n in _FILES if not (out / n).exists()]
     if missing:
         raise FileNotFoundError(f"{out} does not hold comparison results: missing {missing} "
                                 "(write them with `mogp-surprise compare --out DIR`)")
-    folds = pd.read_csv(out / "folds.csv")
-    curves, calib = pd.read_csv(out / "curves.csv"), pd.read_csv(out / "calibration.csv")
-    meta = json.loads((out / "results.json").read_text())
+
+    def read(name: str, columns: Sequence[str]) -> pd.DataFrame:
+        try:
+            frame = pd.read_csv(out / name)
+        except Exception as exc:  # noqa: BLE001 - pandas' parse errors have many types
+            raise ValueError(f"{out / name} is damaged: {type(exc).__name__}: {exc}") from None
+        lacking = [c for c in columns if c not in frame.columns]
+        if lacking:
+            raise ValueError(f"{out / name} is damaged: it lacks the columns {lacking}")
+        return frame
+
+    folds, curves = read("folds.csv", ("algo", "fold")), read("curves.csv", ("algo", "fold", "quantile"))
+    calib = read("calibration.csv", ("algo",))
+    try:
+        meta = json.loads((out / "results.json").read_text())
+    except ValueError as exc:
+        raise ValueError(f"{out / 'results.json'} is damaged: {exc}") from None
     algos = list(dict.fromkeys(folds["algo"]))
     per_fold = {a: [g.drop(columns=["algo", "fold"]).reset_index(drop=True)
                     for _, g in curves[curves["algo"] == a].groupby("fold", sort=True)] for a in algos}
     calibration = {a: calib[calib["algo"] == a].drop(columns=["algo"]).reset_index(drop=True) for a in algos}
+    for a in algos:
+        n_folds = int((folds["algo"] == a).sum())
+        sizes = {len(c) for c in per_fold[a]}
+        if len(per_fold[a]) != n_folds or len(sizes) > 1 or calibration[a].empty:
+            raise ValueError(f"{out} is damaged: {a!r} has {n_folds} folds in folds.csv but {len(per_fold[a])} "
+                             f"curves (of {sorted(sizes)} points) in curves.csv and {len(calibration[a])} "
+                             "calibration rows")
     return CompareResult(folds, per_fold, calibration, meta.get("settings", {}), title=meta.get("title", ""))
 
 
@@ -117,29 +164,53 @@ def reuse_results(result: CompareResult, previous: CompareResult | str | Path, a
     metrics (results written before them had none: their rows show no ranking metrics). ``where``: how errors
     name ``previous`` (default: its folder, or "the earlier result").
     """
-    if not isinstance(previous, CompareResult):
-        where, previous = where or previous, load_results(previous)
-    else:
-        where = where or "the earlier result"
-    old = previous.settings
-    for key in ("n_folds", "random_state", "rank_k", "rank_threshold"):
-        if key.startswith("rank_") and key not in old:  # written before the ranking metrics: they stay empty
-            continue
-        if old.get(key) != result.settings.get(key):
-            why = "its ranking metrics mean something else" if key.startswith("rank_") else "the folds would differ"
-            raise ValueError(f"cannot reuse {where}: it was run with {key}={old.get(key)!r}, "
-                             f"this comparison with {key}={result.settings[key]!r} ({why})")
-    sizes_now = result.folds.groupby("fold")["n_test"].first().to_dict()
-    sizes_then = previous.folds.groupby("fold")["n_test"].first().to_dict()
-    if sizes_now != sizes_then:
-        raise ValueError(f"cannot reuse {where}: its folds hold {sizes_then} test ratings, this "
-                         f"comparison's {sizes_now} (another data set or split)")
-    check_reusable(previous, algos, where)
-    clash = [a for a in algos if a in result.curves]
-    if clash:
-        raise ValueError(f"{clash} were both run now and requested from {where}")
+    algos = reuse_list(algos)
+    previous, where = read_earlier(previous, where)
+    check_reuse(previous, algos, result.settings, result.folds.groupby("fold")["n_test"].first().to_dict(),
+                list(result.curves), where)
     settings = {**result.settings, "algos": [*result.settings["algos"], *algos],
                 "reused": {"from": str(where), "algos": list(algos)}}
     merged = pd.concat([result.folds, previous.folds[previous.folds["algo"].isin(algos)]], ignore_index=True)
     return CompareResult(merged, {**result.curves, **{a: previous.curves[a] for a in algos}},
                          {**result.calibration, **{a: previous.calibration[a] for a in algos}}, settings, result.title)
+
+
+def reuse_list(algos: Sequence[str]) -> list[str]:
+    """The algorithms to reuse as a list (one name is a list of one; a name twice is refused)."""
+    names = [algos] if isinstance(algos, str) else list(algos)
+    twice = sorted({a for a in names if names.count(a) > 1})
+    if twice:
+        raise ValueError(f"the algorithms to reuse name {twice} more than once")
+    return names
+
+
+def read_earlier(previous: CompareResult | str | Path, where: str | None) -> tuple[CompareResult, str]:
+    if isinstance(previous, CompareResult):
+        return previous, where or "the earlier result"
+    return load_results(previous), where or str(previous)
+
+
+def check_reuse(previous: CompareResult, algos: Sequence[str], settings: dict, fold_sizes: dict[int, int],
+                run_now: Sequence[str], where: str) -> None:
+    """``ValueError`` unless ``algos`` can be taken from ``previous`` into a comparison with ``settings`` whose
+    folds hold ``fold_sizes`` test ratings and which runs ``run_now`` itself: the same folds (number, seed and
+    sizes), the same ranking metrics, and every one of ``algos`` there and not run again. :func:`~.run.compare`
+    checks it before any fit."""
+    old = previous.settings
+    for key in ("n_folds", "random_state", "rank_k", "rank_threshold"):
+        if key.startswith("rank_") and key not in old:  # written before the ranking metrics: they stay empty
+            continue
+        if old.get(key) != settings.get(key):
+            why = "its ranking metrics mean something else" if key.startswith("rank_") else "the folds would differ"
+            raise ValueError(f"cannot reuse {where}: it was run with {key}={old.get(key)!r}, "
+                             f"this comparison with {key}={settings[key]!r} ({why})")
+    sizes_then = {int(k): int(v) for k, v in previous.folds.groupby("fold")["n_test"].first().to_dict().items()}
+    if {int(k): int(v) for k, v in fold_sizes.items()} != sizes_then:
+        raise ValueError(f"cannot reuse {where}: its folds hold {sizes_then} test ratings, this "
+                         f"comparison's {fold_sizes} (another data set or split)")
+    missing = [a for a in algos if a not in previous.curves]
+    if missing:
+        raise ValueError(f"cannot reuse {missing} from {where}: it holds {sorted(previous.curves)}")
+    clash = [a for a in algos if a in run_now]
+    if clash:
+        raise ValueError(f"{clash} were both run now and requested from {where}")

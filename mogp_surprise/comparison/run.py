@@ -11,6 +11,9 @@ compared; their rows say so.
 from __future__ import annotations
 
 import logging
+import math
+import numbers
+import os
 import time
 import warnings
 from typing import Any, Sequence
@@ -25,6 +28,7 @@ from ..evaluation._validation import check_triplet
 from ..evaluation.metrics import calibration_curve
 from ..evaluation.ranking import default_relevance_threshold, ranking_report
 from .algorithms import ALGORITHMS, AlgoSpec, paper_model_overrides
+from .report import check_reuse, read_earlier, reuse_list, reuse_results
 from .result import CompareResult
 
 logger = logging.getLogger(__name__)
@@ -45,6 +49,12 @@ def predictive_arrays(algo: Any, testset: list, rating_scale: tuple[float, float
         y, mean, std = arrays_from_predictions(algo.test(testset))
         return y, np.clip(mean, *rating_scale), std
     mean, var = algo.predict_dist(testset)
+    var = np.asarray(var, dtype=np.float64)
+    bad = np.flatnonzero(~(var > 0))  # NaN too
+    if bad.size:
+        raise ValueError(f"predict_dist gave {bad.size} variance(s) that are not > 0 (first "
+                         f"{float(var[bad[0]])!r} at position {int(bad[0])}): NLL, CRPS and coverage need a positive "
+                         "variance")
     y = np.array([t[2] for t in testset], dtype=np.float64)
     return check_triplet(y, np.clip(mean, *rating_scale), np.sqrt(var), y_name="y_true")
 
@@ -52,7 +62,8 @@ def predictive_arrays(algo: Any, testset: list, rating_scale: tuple[float, float
 def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: int = 5, random_state: int = 0,
             mwgp_params: dict[str, Any] | None = None, progress: bool = False,
             extra_algos: dict[str, AlgoSpec] | None = None, rank_k: int = 10,
-            rank_threshold: float | None = None) -> CompareResult:
+            rank_threshold: float | None = None, reuse: Sequence[str] = (),
+            reuse_from: "CompareResult | str | os.PathLike | None" = None) -> CompareResult:
     """Run ``algos`` on identical seeded ``KFold`` splits of a Surprise ``dataset``.
 
     Parameters
@@ -83,6 +94,13 @@ def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: i
     rank_threshold : float, optional
         A test rating ``>= rank_threshold`` is relevant. None: 3/4 of the way up the data set's
         rating scale (:func:`~mogp_surprise.evaluation.default_relevance_threshold`): 4 on 1-5.
+    reuse : sequence of str, optional
+        Algorithms whose per-fold results are taken from ``reuse_from`` (an earlier result or its folder)
+        instead of fitted (:func:`~.report.reuse_results`); checked before any fit (the same folds and
+        ranking metrics, every one there, none also in ``algos``).
+
+    Every argument is checked before the first fit. ``random_state`` must be an int: the folds are
+    seeded so that a later comparison can reuse them.
     """
     from surprise import Dataset
     from surprise.model_selection import KFold
@@ -93,6 +111,9 @@ def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: i
     names = [] if isinstance(algos, str) else list(algos)
     if not names:
         raise ValueError(f"`algos` must be a non-empty list of algorithm names, got {algos!r}")
+    twice = sorted({a for a in names if names.count(a) > 1})
+    if twice:
+        raise ValueError(f"`algos` names {twice} more than once")
     bad = {k: v for k, v in (extra_algos or {}).items() if not isinstance(v, AlgoSpec)}
     if bad:
         raise TypeError(f"`extra_algos` maps names to AlgoSpec(label, uncertainty, make) entries; got {bad} (wrap "
@@ -106,11 +127,26 @@ def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: i
     absent = [hint for hint in (registry[a].missing() for a in algos if registry[a].missing) if hint]
     if absent:  # say so before any fit, not after hours of the others
         raise ImportError("; ".join(absent))
-    check_int("n_folds", n_folds, 2)
-    check_int("rank_k", rank_k, 1)
-    if rank_threshold is None:
-        rank_threshold = default_relevance_threshold(dataset.reader.rating_scale)
+    n_folds, rank_k = check_int("n_folds", n_folds, 2), check_int("rank_k", rank_k, 1)
+    if random_state is None:
+        raise ValueError("`random_state` must be an int >= 0: the folds are seeded, so that the results can be "
+                         "reused by a later comparison; got None")
+    random_state = check_int("random_state", random_state, 0)
+    n_ratings = len(dataset.raw_ratings)
+    if n_folds > n_ratings:
+        raise ValueError(f"`n_folds`={n_folds} is more than the data set's {n_ratings} ratings")
+    rank_threshold = _relevance_threshold(rank_threshold, dataset.reader.rating_scale)
     params = dict(mwgp_params or {})
+    settings = {"n_folds": n_folds, "random_state": random_state, "algos": list(algos), "mwgp_params": params,
+                "qp_quantiles": QP_QUANTILES, "rank_k": rank_k, "rank_threshold": rank_threshold}
+    earlier = where = None
+    if reuse:  # before any fit, not after hours of them
+        reuse = reuse_list(reuse)
+        if reuse_from is None:
+            raise ValueError("`reuse` needs `reuse_from`: the earlier result, or the folder it was written to")
+        earlier, where = read_earlier(reuse_from, None)
+        sizes = {fold: n_ratings // n_folds + (fold < n_ratings % n_folds) for fold in range(n_folds)}  # KFold's
+        check_reuse(earlier, reuse, settings, sizes, algos, where)
     overridden = paper_model_overrides(params) if "mwgp_paper" in algos else {}
     if overridden:
         kept = ", ".join(f"{name}={paper!r} (not {asked!r})" for name, (asked, paper) in overridden.items())
@@ -129,7 +165,10 @@ def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: i
             start = time.perf_counter()
             algo.fit(trainset)
             fitted = time.perf_counter()
-            y, mean, std = predictive_arrays(algo, testset, trainset.rating_scale)
+            try:
+                y, mean, std = predictive_arrays(algo, testset, trainset.rating_scale)
+            except ValueError as exc:
+                raise ValueError(f"{key}, fold {fold + 1}: {exc}") from exc
             fit_s, test_s = fitted - start, time.perf_counter() - fitted
             curve = qp_curve(y, mean, std, quantiles=QP_QUANTILES, metrics=("rmse", "mae"))
             curves[key].append(curve)
@@ -149,6 +188,20 @@ def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: i
             bar.update(1)
     bar.close()
     calibration = {key: calibration_curve(*np.concatenate(parts, axis=1)) for key, parts in pooled.items()}
-    settings = {"n_folds": n_folds, "random_state": random_state, "algos": list(algos), "mwgp_params": params,
-                "qp_quantiles": QP_QUANTILES, "rank_k": rank_k, "rank_threshold": float(rank_threshold)}
-    return CompareResult(pd.DataFrame(rows), curves, calibration, settings)
+    result = CompareResult(pd.DataFrame(rows), curves, calibration, settings)
+    return result if earlier is None else reuse_results(result, earlier, reuse, where=where)
+
+
+def _relevance_threshold(threshold: Any, scale: tuple[float, float]) -> float:
+    """The ranking metrics' relevance threshold, checked: a finite number no higher than the top of the scale
+    (above it no test rating would be relevant and every ranking metric 0); None: the default of the scale."""
+    if threshold is None:
+        return float(default_relevance_threshold(scale))
+    if isinstance(threshold, (bool, np.bool_)) or not isinstance(threshold, numbers.Real) \
+            or not math.isfinite(threshold):
+        raise ValueError(f"`rank_threshold` must be a finite number, got {threshold!r}")
+    if threshold > scale[1]:
+        raise ValueError(f"`rank_threshold`={threshold:g} is above the top of the rating scale "
+                         f"({scale[0]:g}, {scale[1]:g}): no "
+                         "test rating would be relevant, and every ranking metric would be 0")
+    return float(threshold)

@@ -9,6 +9,7 @@ predictive standard deviation is read from ``details["std"]``, else
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterable
 from typing import Any
 
@@ -30,14 +31,25 @@ _NO_STD_ADVICE = (
 def _std_of(details: Any, k: int) -> float:
     if isinstance(details, dict):
         if details.get("std") is not None:
-            return float(details["std"])
+            return _number(details["std"], f"`predictions[{k}].details['std']`")
         if details.get("var") is not None:
-            var = float(details["var"])
+            var = _number(details["var"], f"`predictions[{k}].details['var']`")
             if not var >= 0:  # also catches NaN
                 raise ValueError(f"`predictions[{k}].details['var']` must be >= 0; got {var!r}")
             return math.sqrt(var)
+        if "std" in details or "var" in details:
+            raise ValueError(f"`predictions[{k}].details` holds 'std' / 'var' as None: the algorithm gave no "
+                             f"uncertainty for this prediction ({_NO_STD_ADVICE})")
     keys = sorted(details) if isinstance(details, dict) else type(details).__name__
     raise ValueError(f"`predictions[{k}].details` must hold 'std' or 'var'; got {keys}: {_NO_STD_ADVICE}")
+
+
+def _number(value: Any, name: str) -> float:
+    """One real number of a prediction's details, or a ValueError naming it (not numpy's or float()'s)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.number)) \
+            or isinstance(value, np.complexfloating):
+        raise ValueError(f"{name} must be a number; got {value!r} ({type(value).__name__})")
+    return float(value)
 
 
 def arrays_from_predictions(predictions: Iterable[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

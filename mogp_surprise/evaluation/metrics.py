@@ -77,6 +77,10 @@ METRICS: dict[str, MetricFunc] = {"rmse": rmse, "mae": mae}
 UNCHECKED: dict[MetricFunc, MetricFunc] = {rmse: _rmse, mae: _mae}
 
 
+#: Columns of a QP-curve that are not metrics (no metric may take their names).
+BASE_COLUMNS: tuple[str, ...] = ("quantile", "n", "std_threshold")
+
+
 def register_metric(name: str, func: MetricFunc, *, overwrite: bool = False) -> None:
     """Add a point-estimate metric to :data:`METRICS`.
 
@@ -93,6 +97,8 @@ def register_metric(name: str, func: MetricFunc, *, overwrite: bool = False) -> 
         raise ValueError(f"`name` must be a non-empty lower-case string; got {name!r}")
     if not callable(func):
         raise ValueError(f"`func` must be callable f(y, mean) -> float; got {func!r}")
+    if name in (*BASE_COLUMNS, "n_folds"):
+        raise ValueError(f"`name` {name!r} is a column every QP curve has already; choose another name")
     if name in METRICS and not overwrite:
         raise ValueError(f"`name` {name!r} is already registered; pass overwrite=True to replace it")
     METRICS[name] = func

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 __all__ = ["plot_qp", "plot_calibration", "save_figure"]
@@ -98,10 +100,13 @@ def plot_qp(
     matplotlib.axes.Axes
     """
     colors = dict(colors or {})
-    curves = _check_mapping(curves, "curves", "qp_curve DataFrame")
     baselines = {} if baselines is None else _check_mapping(baselines, "baselines", "float")
+    if baselines and isinstance(curves, Mapping) and not curves:  # point-estimate models only: their lines alone
+        curves = {}
+    else:
+        curves = _check_mapping(curves, "curves", "qp_curve DataFrame (or give `baselines`)")
     for label, value in baselines.items():
-        if not isinstance(value, (int, float)) or not math.isfinite(value):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not math.isfinite(value):
             raise ValueError(f"`baselines[{label!r}]` must be a finite number; got {value!r}")
     for label, curve in curves.items():
         if not isinstance(curve, pd.DataFrame) or "quantile" not in curve.columns:
@@ -121,6 +126,8 @@ def plot_qp(
     for k, (label, value) in enumerate(baselines.items()):
         ax.axhline(float(value), linestyle="--", linewidth=1.2,
                    color=colors.get(label, f"C{len(curves) + k}"), label=label)
+    if not curves:
+        ax.set_xlim(0, 100)
     ax.set_xlabel("q: most confident predictions kept (%)")
     ax.set_ylabel(metric.upper())
     if title is not None:

@@ -29,14 +29,12 @@ import numpy as np
 import pandas as pd
 
 from ._validation import check_levels, check_triplet
-from .metrics import UNCHECKED, get_metric
+from .metrics import BASE_COLUMNS, UNCHECKED, get_metric
 
 __all__ = ["qp_curve", "qp_curves_over_folds", "qp_summary", "resolve_quantiles", "n_kept"]
 
 logger = logging.getLogger(__name__)
 
-#: Columns of a QP-curve that are not metrics.
-BASE_COLUMNS: tuple[str, ...] = ("quantile", "n", "std_threshold")
 
 # ceil(q * n) must not jump to the next integer because of rounding in q * n
 # (0.7 * 10 == 7.000000000000001); the relative slack is far above float error
@@ -167,6 +165,8 @@ def qp_curves_over_folds(curves: Sequence[pd.DataFrame], ddof: int = 0) -> pd.Da
         for ``n``, ``std_threshold`` and every metric column (``rmse_mean``,
         ``rmse_std``, ...).
     """
+    if isinstance(ddof, (bool, np.bool_)) or not isinstance(ddof, (int, np.integer)) or ddof < 0:
+        raise ValueError(f"`ddof` must be an int >= 0; got {ddof!r}")
     if isinstance(curves, pd.DataFrame) or not isinstance(curves, Sequence) or len(curves) == 0:
         raise ValueError(f"`curves` must be a non-empty list of qp_curve DataFrames; got "
                          f"{type(curves).__name__}"

@@ -59,7 +59,12 @@ def default_relevance_threshold(rating_scale: tuple[float, float]) -> float:
     -------
     float
     """
-    low, high = (float(v) for v in rating_scale)
+    pair = None if isinstance(rating_scale, (str, bytes)) else np.asarray(rating_scale, dtype=object)
+    if pair is None or pair.shape != (2,) or not all(isinstance(v, (int, float, np.integer, np.floating))
+                                                     and not isinstance(v, (bool, np.bool_)) for v in pair):
+        raise ValueError("`rating_scale` must be two finite numbers (low, high) with low < high; "
+                         f"got {rating_scale!r}")
+    low, high = (float(v) for v in pair)
     if not (math.isfinite(low) and math.isfinite(high) and low < high):
         raise ValueError("`rating_scale` must be two finite numbers (low, high) with low < high; "
                          f"got {rating_scale!r}")
@@ -198,6 +203,8 @@ def ranking_per_user(users: object, y_true: object, scores: object, k: int = 10,
         ``n_recommended``, ``precision``, ``recall``, ``ndcg``.
     """
     codes, y, s = _check(users, y_true, scores)
+    if not isinstance(recommend_above_threshold, (bool, np.bool_)):  # "no" is not False
+        raise ValueError(f"`recommend_above_threshold` must be True or False; got {recommend_above_threshold!r}")
     frame = _per_user(codes, y, s, _check_k(k), _check_threshold(threshold), bool(recommend_above_threshold),
                       relevance)
     frame.index = pd.Index(pd.unique(np.asarray(users, dtype=object)), name="user")

@@ -72,3 +72,39 @@ def test_results_written_before_the_ranking_metrics_still_load_and_reuse(synthet
     other_k = compare(synthetic_data, algos=["rec_a"], n_folds=2, extra_algos=extra, rank_k=5)
     with pytest.raises(ValueError, match="rank_k=10.*rank_k=5 .*ranking metrics mean something else"):
         reuse_results(other_k, tmp_path / "k5", ["rec_b"])
+
+
+def test_a_folder_of_results_is_never_dropped_and_point_estimates_alone_are_plotted(synthetic_data, tmp_path):
+    """write_results refuses a folder holding results of algorithms the new result lacks (unless overwrite);
+    a comparison of homoscedastic baselines alone draws their lines (it failed in plot_qp before)."""
+    from mogp_surprise.comparison import reuse_results
+
+    baselines = compare(synthetic_data, algos=["svd", "svd8"], n_folds=2)
+    paths = write_results(baselines, tmp_path)
+    assert {"qp_rmse_png", "qp_mae_png", "calibration_png"} <= set(paths)
+    one = compare(synthetic_data, algos=["svd"], n_folds=2)
+    before = (tmp_path / "folds.csv").read_bytes()
+    with pytest.raises(ValueError, match=r"holds the results of \['svd8'\], which this comparison would drop"):
+        write_results(one, tmp_path)
+    assert (tmp_path / "folds.csv").read_bytes() == before
+    write_results(reuse_results(one, tmp_path, ["svd8"]), tmp_path, plots=False)  # keeps every algorithm
+    assert not (tmp_path / "qp_rmse.png").exists()  # the plots of the results replaced are gone, not stale
+    write_results(one, tmp_path, plots=False, overwrite=True)
+    assert set(load_results(tmp_path).curves) == {"svd"}
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ValueError, match="is a file, not a folder"):
+        write_results(one, tmp_path / "afile" / "sub")
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda d: (d / "curves.csv").write_text((d / "curves.csv").read_text().splitlines()[0] + "\n"),
+     r"'svd' has 2 folds in folds.csv but 0 curves"),
+    (lambda d: (d / "results.json").write_text("{"), r"results.json is damaged: Expecting property name"),
+    (lambda d: (d / "folds.csv").write_text(""), r"folds.csv is damaged: EmptyDataError"),
+    (lambda d: (d / "calibration.csv").write_text("x\n1\n"), r"calibration.csv is damaged: it lacks the columns"),
+])
+def test_a_damaged_results_folder_is_refused_naming_the_file(synthetic_data, tmp_path, damage, message):
+    write_results(compare(synthetic_data, algos=["svd"], n_folds=2), tmp_path, plots=False)
+    damage(tmp_path)
+    with pytest.raises(ValueError, match=message):
+        load_results(tmp_path)

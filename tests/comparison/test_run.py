@@ -67,6 +67,59 @@ def test_compare_rejects_bad_arguments(synthetic_data):
         compare(synthetic_data, algos=["knn"], extra_algos={"knn": AlgoBase()})
     with pytest.raises(TypeError, match="compare takes a surprise Dataset .* got Trainset"):
         compare(synthetic_data.build_full_trainset(), algos=["svd"])
+    with pytest.raises(ValueError, match=r"`algos` names \['svd'\] more than once"):
+        compare(synthetic_data, algos=["svd", "svd"])
+    with pytest.raises(ValueError, match="`random_state` must be an int >= 0: the folds are seeded"):
+        compare(synthetic_data, algos=["svd"], random_state=None)
+    n = len(synthetic_data.raw_ratings)
+    with pytest.raises(ValueError, match=f"`n_folds`={n + 1} is more than the data set's {n} ratings"):
+        compare(synthetic_data, algos=["svd"], n_folds=n + 1)
+    for bad, message in (("4", "must be a finite number, got '4'"), (np.nan, "must be a finite number"),
+                         (5.5, r"above the top of the rating scale \(1, 5\)")):
+        with pytest.raises(ValueError, match=f"`rank_threshold`.*{message}"):
+            compare(synthetic_data, algos=["svd"], rank_threshold=bad)
+    with pytest.raises(ValueError, match="`reuse` needs `reuse_from`"):
+        compare(synthetic_data, algos=["svd"], reuse=["svd8"])
+
+
+class _BadVariance(AlgoBase):
+    def __init__(self, value: float):
+        super().__init__()
+        self.value = value
+
+    def fit(self, trainset):
+        AlgoBase.fit(self, trainset)
+        return self
+
+    def estimate(self, u, i):
+        return self.trainset.global_mean
+
+    def predict_dist(self, testset):
+        var = np.ones(len(testset))
+        var[3] = self.value
+        return np.full(len(testset), self.trainset.global_mean), var
+
+
+@pytest.mark.parametrize("value", [-1.0, 0.0, np.nan])
+def test_a_variance_that_is_not_positive_is_named_with_its_algorithm_and_fold(synthetic_data, value):
+    extra = {"bad": AlgoSpec("Bad", "predictive", lambda seed, p: _BadVariance(value))}
+    with pytest.raises(ValueError, match=r"bad, fold 1: predict_dist gave 1 variance\(s\) that are not > 0 "
+                                         rf"\(first {value!r} at position 3\)"):
+        compare(synthetic_data, algos=["bad"], n_folds=2, extra_algos=extra)
+
+
+def test_numpy_arguments_are_saved_as_numbers_and_reused(synthetic_data, tmp_path):
+    extra = {"rec_a": AlgoSpec("A", "predictive", lambda seed, p: _Recorder())}
+    first = compare(synthetic_data, algos=["rec_a"], n_folds=np.int64(2), random_state=np.int64(0),
+                    rank_k=np.int32(10), rank_threshold=np.float32(4), extra_algos=extra)
+    write_results(first, tmp_path / "np", plots=False)
+    import json
+    settings = json.loads((tmp_path / "np" / "results.json").read_text())["settings"]
+    assert (settings["n_folds"], settings["random_state"], settings["rank_k"], settings["rank_threshold"]) == (
+        2, 0, 10, 4.0)
+    second = compare(synthetic_data, algos=["svd"], n_folds=2, rank_threshold=4, reuse=["rec_a"],
+                     reuse_from=tmp_path / "np")
+    assert list(second.summary()["algo"]) == ["svd", "rec_a"]
 
 
 

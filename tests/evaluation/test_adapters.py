@@ -58,6 +58,9 @@ def test_neither_std_nor_var_points_to_homoscedastic_baseline():
         (_preds([{"std": -1.0}] * 3), r"`std` must be >= 0 everywhere; got -1.0"),
         (_preds([None] * 3), r"details` must hold 'std' or 'var'; got NoneType"),
         ([("u", "i", 4.0)], r"predictions\[0\]` must be a Prediction"),
+        (_preds([{"std": "abc"}] * 3), r"details\['std'\]` must be a number; got 'abc' \(str\)"),
+        (_preds([{"std": np.array([1.0, 2.0])}] * 3), r"details\['std'\]` must be a number; got array"),
+        (_preds([{"std": None, "var": None}] * 3), r"holds 'std' / 'var' as None: the algorithm gave no uncertainty"),
     ],
 )
 def test_bad_predictions(preds, match):

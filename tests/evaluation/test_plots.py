@@ -79,3 +79,14 @@ def test_plot_on_given_axes_and_calibration(data, tmp_path):
 def test_plot_bad_inputs(data, call, match):
     with pytest.raises(ValueError, match=match):
         call(qp_curve(*data, 4))
+
+
+def test_plot_qp_of_baselines_alone_and_numpy_numbers():
+    """A comparison of point-estimate models only draws their lines over q = 0..100 %; numpy numbers are numbers."""
+    ax = plot_qp({}, baselines={"SVD": np.float32(0.9), "SVD8": np.int64(1)})
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["SVD", "SVD8"]
+    assert ax.get_xlim() == (0.0, 100.0)
+    with pytest.raises(ValueError, match=r"`curves` must be a non-empty dict label -> qp_curve DataFrame \(or give"):
+        plot_qp({})
+    with pytest.raises(ValueError, match=r"`baselines\['b'\]` must be a finite number; got np.True_"):
+        plot_qp({}, baselines={"b": np.bool_(True)})

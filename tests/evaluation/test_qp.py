@@ -140,3 +140,12 @@ def test_qp_summary_single_and_folds():
     assert table.shape == (2, 6)
     with pytest.raises(ValueError, match=r"`at` must be a quantile of `curve`.*got 0.33$"):
         qp_summary(curve, at=(0.33,))
+
+
+def test_ddof_and_metric_names_are_checked():
+    curve = qp_curve([1, 2, 3, 4], [1, 2, 3, 6], [0.1, 0.2, 0.3, 0.4], quantiles=4)
+    with pytest.raises(ValueError, match="`ddof` must be an int >= 0; got -1"):
+        qp_curves_over_folds([curve, curve], ddof=-1)
+    for name in ("n", "quantile", "std_threshold", "n_folds"):
+        with pytest.raises(ValueError, match=f"`name` '{name}' is a column every QP curve has already"):
+            metrics.register_metric(name, lambda y, m: 0.0)

@@ -141,3 +141,14 @@ BAD = [
 def test_bad_input_raises_value_error_naming_the_argument(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+@pytest.mark.parametrize("scale", ["15", (1, 3, 5), None, (True, 5), ("1", "5")])
+def test_a_rating_scale_that_is_no_pair_of_numbers_is_refused(scale):
+    with pytest.raises(ValueError, match="`rating_scale` must be two finite numbers"):
+        default_relevance_threshold(scale)
+
+
+def test_recommend_above_threshold_must_be_a_bool():
+    with pytest.raises(ValueError, match="`recommend_above_threshold` must be True or False; got 'no'"):
+        ranking_per_user([1, 1], [4, 5], [4, 5], recommend_above_threshold="no")
