@@ -3,9 +3,7 @@ from __future__ import annotations
 
 import inspect
 import numbers
-import os
 import reprlib
-import sys
 import warnings
 import weakref
 from typing import Any, Callable, Sequence
@@ -14,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.config import MWGPConfig
+from ..core.errors import caller_stacklevel
 
 # the numpydoc Parameters block of MWGPConfig, first-line indent removed so that it can follow "    " in an
 # f-string (empty under ``python -OO``, which strips every docstring)
@@ -196,7 +195,7 @@ def check_id_column(name: str, values: np.ndarray) -> None:
             if twin is not None and twin in present:
                 warnings.warn(f"id column {name!r} holds both {twin!r} and {value!r}; ids are matched by value and "
                               "type, so these are two different levels. Convert the ids to one type (e.g. "
-                              "with str()) if they mean the same one.", UserWarning, stacklevel=_caller_level())
+                              "with str()) if they mean the same one.", UserWarning, stacklevel=caller_stacklevel())
                 break
 
 
@@ -212,17 +211,6 @@ def check_not_twin(name: str, value: Any, known: Callable[[Any], bool]) -> None:
         raise ValueError(f"{name} id {value!r} ({type(value).__name__}) is not in the model, but {twin!r} "
                          f"({type(twin).__name__}) is; ids are matched by value and type. Pass {twin!r} for that "
                          f"{name} (a new {name} {value!r} would be a second, separate {name})")
-
-
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _caller_level() -> int:
-    """The ``stacklevel`` that points a warning at the first frame outside this package (the user's call)."""
-    frame, level = sys._getframe(1), 1  # the frame that calls warnings.warn has level 1
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 def id_twin(value: Any) -> Any:
@@ -284,7 +272,7 @@ def warn_id_twins(owner: Any, name: str, values: Sequence[Any], codes: np.ndarra
                 f"({type(twin).__name__}) is: ids are matched by value and type (ids read from text, as in "
                 f"Surprise's data sets, are strings). {n_twins} {name} id(s) like this get the cold-start "
                 f"(unseen {name}) answer; pass ids of the type used in training.", UserWarning,
-                stacklevel=_caller_level())
+                stacklevel=caller_stacklevel())
             _TWIN_WARNED.setdefault(owner, set()).add(name)
             return
         if len(seen) >= _MAX_TWIN_CHECKS:

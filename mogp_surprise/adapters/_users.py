@@ -5,7 +5,7 @@ import math
 import numbers
 import threading
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -233,14 +233,14 @@ def check_fold_ratings(ratings: Any, encode_items: Callable[[list], np.ndarray],
                        range_name: str = "the rating scale") -> tuple[np.ndarray, np.ndarray]:
     """Validated (inner item indices, ratings) of the ratings one user gives to fold in.
 
-    ``ratings``: a dict ``{item: rating}`` or an iterable of ``(item, rating)`` pairs of raw item ids;
-    empty means no ratings (the user is the cold-start user). Unknown item ids, repeated items,
-    non-numeric, non-finite or out-of-range ratings raise ``ValueError`` naming them.
+    ``ratings``: a dict ``{item: rating}`` (any mapping, or a pandas Series indexed by item) or an iterable of
+    ``(item, rating)`` pairs of raw item ids; empty means no ratings (the user is the cold-start user). Unknown
+    item ids, repeated items, non-numeric, non-finite or out-of-range ratings raise ``ValueError`` naming them.
     """
     if isinstance(ratings, (str, bytes)) or ratings is None:
         raise ValueError(f"`ratings` must be a dict {{item: rating}} or a sequence of (item, rating) pairs, "
                          f"got {ratings!r}")
-    pairs = list(ratings.items()) if isinstance(ratings, dict) else list(ratings)
+    pairs = list(ratings.items()) if isinstance(ratings, (Mapping, pd.Series)) else list(ratings)
     for pos, pair in enumerate(pairs):
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:
             raise ValueError(f"`ratings` must hold (item, rating) pairs; entry {pos} is {pair!r}")

@@ -12,8 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-_DTYPES = {"float32": torch.float32, "float64": torch.float64}
-_DEVICES = ("auto", "cpu", "cuda")
+_DTYPES, _DEVICES = {"float32": torch.float32, "float64": torch.float64}, ("auto", "cpu", "cuda")
 _CHOICES = {"lr_schedule": ("cosine", "constant"), "init": ("pca", "random"),
             "noise": ("heteroscedastic", "homoscedastic"), "mf_posterior": ("auto", "laplace", "variational"),
             "dtype": tuple(_DTYPES)}
@@ -266,6 +265,9 @@ class MWGPConfig:
                             f"{self.extra_terms!r}")
         if len(set(self.extra_terms)) != len(self.extra_terms):
             raise ValueError(f"`extra_terms` names a term twice: {self.extra_terms!r}")
+        if "neighbourhood" in self.extra_terms and self.neighbourhood is False:
+            raise ValueError("`extra_terms` names 'neighbourhood' (which switches the term on, as before it was "
+                             "built in) while `neighbourhood=False` switches it off; give one of them")
         rs = self.random_state
         if not (rs is None or isinstance(rs, np.random.Generator)
                 or (isinstance(rs, numbers.Integral) and not isinstance(rs, bool) and rs >= 0)):
@@ -344,7 +346,6 @@ class MWGPConfig:
 
     def torch_dtype(self) -> torch.dtype:
         return _DTYPES[self.dtype]
-
     def torch_device(self) -> torch.device:
         """Resolve ``device``; 'cuda' without CUDA is an error, 'auto' falls back to the CPU."""
         return resolve_device(self.device)
@@ -353,7 +354,7 @@ class MWGPConfig:
 def _check_device(device: Any) -> None:
     """``ValueError`` unless ``device`` is 'auto', 'cpu', 'cuda', 'cuda:N' or a torch.device of the CPU or CUDA."""
     name = str(device) if isinstance(device, torch.device) else device
-    if not isinstance(name, str) or not (name in _DEVICES or re.fullmatch(r"cuda:\d+", name)):
+    if not isinstance(name, str) or not (name in _DEVICES or re.fullmatch(r"(cuda|cpu):\d+", name)):
         raise ValueError(f"`device` must be one of {_DEVICES}, 'cuda:N' or a torch.device of the CPU or CUDA, "
                          f"got {device!r}")
 
@@ -363,12 +364,20 @@ def resolve_device(device: Any) -> torch.device:
     error that says what to use instead, 'auto' falls back to the CPU."""
     _check_device(device)
     name = str(device) if isinstance(device, torch.device) else device
+    name = "cpu" if name.startswith("cpu:") else name  # torch.device("cpu", 0): the one CPU
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"`device`={name!r} was requested but CUDA is not available in this PyTorch "
                          f"build ({torch.__version__}); use device='cpu' or device='auto'")
     return torch.device(name)
+
+
+def resolve_dtype(dtype: Any) -> torch.dtype:
+    """The floating torch dtype that ``dtype`` ("float32", "float64" or such a torch dtype) names."""
+    if (found := _DTYPES.get(dtype) if isinstance(dtype, str) else dtype if dtype in _DTYPES.values() else None):
+        return found
+    raise ValueError(f"`dtype` must be one of {tuple(_DTYPES)} or such a torch dtype, got {dtype!r}")
 
 
 def _check_int(name: str, value: Any, minimum: int, also: str = "") -> None:

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import numbers
+import os
+import sys
+from typing import Any
 
 import numpy as np
 
@@ -42,3 +45,44 @@ def check_bool(name: str, value) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise ValueError(f"`{name}` must be True or False, got {value!r}")
     return bool(value)
+
+
+#: the largest |rating| a float32 model takes: its variances (squares of the rating unit) stay within float32
+FLOAT32_RATINGS = 1e15
+
+
+def validate_training_data(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
+                           config: Any = None) -> None:
+    """Raise ``ValueError`` naming the problem if the training arrays are unusable (for ``config``, an
+    ``MWGPConfig``: ratings its dtype can hold)."""
+    if index.ndim != 2 or index.shape[1] != len(n_levels):
+        raise ValueError(f"`index` must have shape (n, {len(n_levels)}), got {index.shape}")
+    if ratings.ndim != 1 or ratings.shape[0] != index.shape[0]:
+        raise ValueError(f"`ratings` must have shape ({index.shape[0]},) to match `index`, got {ratings.shape}")
+    if index.shape[0] == 0:
+        raise ValueError("cannot fit on 0 ratings: the training data are empty")
+    if index.shape[0] < 2:
+        raise ValueError("MW-GP needs at least 2 ratings to fit, got 1 (n_samples=1)")
+    if not np.issubdtype(index.dtype, np.integer):
+        raise ValueError(f"`index` must hold integers, got dtype {index.dtype}")
+    if not np.issubdtype(ratings.dtype, np.number) or np.issubdtype(ratings.dtype, np.complexfloating):
+        raise ValueError(f"ratings must be real numbers, got dtype {ratings.dtype}")
+    check_finite_ratings(ratings)
+    if config is not None and config.dtype == "float32" and np.abs(ratings).max() > FLOAT32_RATINGS:
+        raise ValueError(f"ratings as large as {np.abs(ratings).max():.3g} overflow a float32 model's variances "
+                         f"(their squares); rescale them, or fit with dtype='float64'")
+    for f, n in enumerate(n_levels):
+        col = index[:, f]
+        if col.min() < 0 or col.max() >= n:
+            raise ValueError(f"`index[:, {f}]` must lie in [0, {n}), got range [{col.min()}, {col.max()}]")
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def caller_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the first frame outside this package (the user's call)."""
+    frame, level = sys._getframe(1), 1  # the frame that calls warnings.warn has level 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    return level

@@ -17,7 +17,8 @@ import torch
 from torch import Tensor
 
 from .calibration import cold_start_scales
-from .errors import check_int
+from .config import resolve_device, resolve_dtype
+from .errors import check_bool, check_int
 from .laplace import LaplaceVariances
 from .model import MWGPModule
 from .predictive import catalogue_moments, predictive_moments
@@ -29,13 +30,9 @@ from .state import FittedTable, FittedTerm, FoldedUser, PosteriorState
 class MWGPPosterior:
     """Predictive distribution of a fitted MW-GP on the original rating scale.
 
-    Build it with :meth:`from_module` (or from a saved state, :meth:`from_state_dict`); it is immutable.
-    ``predict`` accepts an integer array of shape (n, F) of inner indices where -1 marks a level unseen
-    in training.
-
-    Parameters
-    ----------
-    state : PosteriorState
+    Build it with :meth:`from_module` (or from a saved state, :meth:`from_state_dict`; ``state``: a
+    :class:`~.state.PosteriorState`); it is immutable. ``predict`` accepts an integer array of shape (n, F) of
+    inner indices where -1 marks a level unseen in training.
     """
 
     def __init__(self, state: PosteriorState, *, _psi: list | None = None) -> None:
@@ -47,8 +44,7 @@ class MWGPPosterior:
         if _psi is not None:  # a posterior with the same GP and populations (folded-in users added): its psi
             self.psi = _psi
             return
-        inputs = state.term("gp_input")
-        gp = state.gp
+        inputs, gp = state.term("gp_input"), state.gp
         gp64 = replace(gp, inducing=gp.inducing.double(), lengthscale=gp.lengthscale.double())
         # the kernel expectations of every factor's unseen-level population, in float64 from the stored values
         self.psi = []
@@ -153,8 +149,10 @@ class MWGPPosterior:
         return self.state.term(name)
 
     # -- conversion and persistence ---------------------------------------------------------------------------
-    def to(self, device: Any = None, dtype: torch.dtype | None = None) -> "MWGPPosterior":
-        """A copy on another device and/or floating dtype."""
+    def to(self, device: Any = None, dtype: torch.dtype | str | None = None) -> "MWGPPosterior":
+        """A copy on another device (named as ``fit``'s) and/or floating dtype ("float32", "float64")."""
+        device, dtype = (None if device is None else resolve_device(device)), dtype and resolve_dtype(dtype)
+
         def conv(t: Tensor) -> Tensor:
             return t.to(device=device if device is not None else t.device,
                         dtype=dtype if dtype is not None and t.is_floating_point() else t.dtype)
@@ -277,7 +275,7 @@ class MWGPPosterior:
         -------
         mean, var : ndarray of shape (n,), float64
         """
-        index = np.asarray(index)
+        index, include_noise = np.asarray(index), check_bool("include_noise", include_noise)
         if index.ndim != 2 or index.shape[1] != self.n_factors:
             raise ValueError(f"`index` must have shape (n, {self.n_factors}), got {index.shape}")
         if index.size and not np.issubdtype(index.dtype, np.integer):
@@ -301,7 +299,8 @@ class MWGPPosterior:
     def predict_pair(self, index: Sequence[int], include_noise: bool = True) -> tuple[float, float]:
         """:meth:`predict` for one index tuple, as floats, in microseconds (:mod:`.serving`: numpy on the fitted tables
         in float64; :meth:`predict` of a float64 posterior to a few units in the last place)."""
-        if len(index) != self.n_factors:
+        if len(index) != self.n_factors or (include_noise is not True and include_noise is not False):
+            check_bool("include_noise", include_noise)  # raises for a non-bool; else the length is wrong
             raise ValueError(f"`index` must hold {self.n_factors} inner indices, got {len(index)}")
         levels = tuple(index)
         for f, (level, n_levels) in enumerate(zip(levels, self.n_levels)):

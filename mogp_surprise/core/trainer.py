@@ -16,7 +16,7 @@ from .checkpoint import Checkpointing
 from .calibration import centred_global_mean
 from .config import EARLY_STOPPING_MIN, MWGPConfig, seeded_generator
 from .distributed import DataParallel, touched_rows
-from .errors import NumericalError, check_finite_ratings
+from .errors import NumericalError, caller_stacklevel, check_finite_ratings, validate_training_data
 from .initialization import initialise
 from .kernels import Workspace
 from .laplace import laplace_variances
@@ -54,27 +54,6 @@ class FitResult:
     noise_shrink: float = 1.0
 
 
-def validate_training_data(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...]) -> None:
-    """Raise ``ValueError`` naming the problem if the training arrays are unusable."""
-    if index.ndim != 2 or index.shape[1] != len(n_levels):
-        raise ValueError(f"`index` must have shape (n, {len(n_levels)}), got {index.shape}")
-    if ratings.ndim != 1 or ratings.shape[0] != index.shape[0]:
-        raise ValueError(f"`ratings` must have shape ({index.shape[0]},) to match `index`, got {ratings.shape}")
-    if index.shape[0] == 0:
-        raise ValueError("cannot fit on 0 ratings: the training data are empty")
-    if index.shape[0] < 2:
-        raise ValueError("MW-GP needs at least 2 ratings to fit, got 1 (n_samples=1)")
-    if not np.issubdtype(index.dtype, np.integer):
-        raise ValueError(f"`index` must hold integers, got dtype {index.dtype}")
-    if not np.issubdtype(ratings.dtype, np.number) or np.issubdtype(ratings.dtype, np.complexfloating):
-        raise ValueError(f"ratings must be real numbers, got dtype {ratings.dtype}")
-    check_finite_ratings(ratings)
-    for f, n in enumerate(n_levels):
-        col = index[:, f]
-        if col.min() < 0 or col.max() >= n:
-            raise ValueError(f"`index[:, {f}]` must lie in [0, {n}), got range [{col.min()}, {col.max()}]")
-
-
 def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
              config: MWGPConfig | None = None, *, parallel: DataParallel | None = None,
              checkpointing: Checkpointing | None = None) -> FitResult:
@@ -101,16 +80,17 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
         The fitted posterior and the per-epoch loss history.
     """
     config = config or MWGPConfig()
-    index = np.asarray(index)
-    ratings = np.asarray(ratings)
-    validate_training_data(index, ratings, tuple(n_levels))
+    if not isinstance(config, MWGPConfig):
+        raise TypeError(f"`config` must be an MWGPConfig (e.g. MWGPConfig(**params)), got {type(config).__name__}")
+    index, ratings = np.asarray(index), np.asarray(ratings)
+    validate_training_data(index, ratings, tuple(n_levels), config)
     device, dtype = config.torch_device(), config.torch_dtype()
     started = time.perf_counter()
     gen = seeded_generator(config.random_state)
 
     if config.n_inducing > index.shape[0]:
         warnings.warn(f"n_inducing={config.n_inducing} exceeds the number of training ratings ({index.shape[0]}); "
-                      f"using {index.shape[0]} inducing points", UserWarning, stacklevel=2)
+                      f"using {index.shape[0]} inducing points", UserWarning, stacklevel=caller_stacklevel())
         config = config.replace(n_inducing=index.shape[0])
     config = config.for_data(index.shape[0], tuple(n_levels))
     ratings = ratings.astype(np.float64)

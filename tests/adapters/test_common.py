@@ -58,7 +58,7 @@ def test_a_few_ids_are_looked_up_as_the_index_finds_them(monkeypatch):
 
 
 @pytest.mark.parametrize("value, twin", [("196", 196), (196, "196"), (" 7 ", 7), ("-4", -4), (np.int64(3), "3"),
-                                         (3.0, "3"), (3.5, None), ("abc", None), (True, None), (None, None),
+                                         (3.0, "3"), (3.5, None), ("abc", None), (True, 1), (None, None),
                                          ("--5", None), ("-", None), ("5-", None)])
 def test_id_twin_is_the_same_id_spelt_with_the_other_type(value, twin):
     assert id_twin(value) == twin and type(id_twin(value)) is type(twin)

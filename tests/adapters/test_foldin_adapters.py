@@ -281,3 +281,12 @@ def test_tuple_user_ids_recommend_and_fold_in_from_the_regressor():
     assert est.recommend(("shop", 9), n=2)["item"].tolist() == est.recommend(("shop", 9), n=2)["item"].tolist()
     assert est.predict_dist(pd.DataFrame({"user": [("shop", 9)], "item": [1]}))[1][0] < \
         est.predict_dist(pd.DataFrame({"user": [("shop", 8)], "item": [1]}))[1][0]
+
+
+def test_ratings_as_a_series_or_any_mapping_fold_in_as_a_dict(algo):
+    from types import MappingProxyType
+
+    answers = {"i1": 5.0, "i2": 4.0, "i7": 1.0}
+    want = algo.recommend("series-user", n=4, ratings=answers)
+    for given in (pd.Series(answers), MappingProxyType(answers)):
+        pd.testing.assert_frame_equal(algo.recommend("series-user", n=4, ratings=given), want)

@@ -133,3 +133,20 @@ def test_the_papers_model_is_the_published_one_at_every_size_and_cannot_be_chang
     with pytest.raises(TypeError):
         PAPER_MODEL["n_epochs"] = 3  # type: ignore[index]
     assert {**PAPER_MODEL, "n_epochs": 3}["n_epochs"] == 3 and PAPER_MODEL["n_epochs"] == 30
+
+
+
+def test_extra_terms_cannot_name_a_built_in_term_or_contradict_its_switch() -> None:
+    from mogp_surprise.core import fit_mwgp
+
+    idx, y = np.array([[0, 1], [1, 0], [2, 2], [1, 1]]), np.array([1.0, 2.0, 3.0, 4.0])
+    for name in ("bilinear", "bias", "gp_input", "noise_offset"):
+        with pytest.raises(ValueError, match=rf"`extra_terms` names the built-in term\(s\) \['{name}'\]"):
+            fit_mwgp(idx, y, (3, 3), MWGPConfig(extra_terms=(name,), n_epochs=1, n_inducing=2, device="cpu"))
+    with pytest.raises(ValueError, match="`extra_terms` names 'neighbourhood'.*while `neighbourhood=False`"):
+        MWGPConfig(extra_terms=("neighbourhood",), neighbourhood=False)
+    assert MWGPConfig(extra_terms=("neighbourhood",)).for_data(4, (3, 3)).neighbourhood  # as before it was built in
+
+
+def test_a_torch_device_of_the_cpu_with_an_index_is_the_cpu() -> None:
+    assert MWGPConfig(device=torch.device("cpu", 0)).torch_device() == torch.device("cpu")

@@ -161,6 +161,30 @@ def test_to_float32_is_close_to_float64() -> None:
     assert back.dtype == torch.float64
 
 
+def test_to_takes_dtype_names_and_refuses_what_it_cannot_be() -> None:
+    post = _post(_random_module())
+    assert post.to(dtype="float32").dtype == torch.float32 and post.to(device="cpu").dtype == torch.float64
+    assert post.to(device=torch.device("cpu", 0)).device.type == "cpu"
+    for dtype in (torch.int64, "int64", "half"):
+        with pytest.raises(ValueError, match=r"`dtype` must be one of \('float32', 'float64'\)"):
+            post.to(dtype=dtype)
+    with pytest.raises(ValueError, match="`device` must be one of"):
+        post.to(device="tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="`device`='cuda' was requested but CUDA is not available"):
+            post.to(device="cuda")
+
+
+def test_include_noise_must_be_a_bool() -> None:
+    post = _post(_random_module())
+    for call in (lambda: post.predict(_mixed_index(), include_noise="no"),
+                 lambda: post.predict_pair((0, 1), include_noise="no"), lambda: post.predict_pair((0, 1), 1)):
+        with pytest.raises(ValueError, match="`include_noise` must be True or False"):
+            call()
+    with pytest.raises(ValueError, match="`index` must hold 2 inner indices, got 3"):
+        post.predict_pair((0, 1, 2))
+
+
 def test_out_of_range_known_index_raises() -> None:
     post = _post(_random_module())
     for bad in ([[N_USERS, 0]], [[0, N_ITEMS]]):

@@ -150,3 +150,17 @@ def test_kappa_takes_any_real_number(posterior):
     for bad in (np.bool_(True), True, "2", np.nan):
         with pytest.raises(ValueError, match="`kappa` must be None or a finite number >= 0"):
             top_n(posterior, np.array([2]), n=5, strategy="lcb", kappa=bad)
+
+
+def test_users_and_exclude_are_checked(posterior):
+    """Float or 2-D users, and excluded items outside the catalogue, are refused (-1 banned the last item, 0.9 was
+    read as user 0, 99 ended in torch's IndexError)."""
+    for users, match in ((np.array([0.9]), "ints of shape"), (np.array([[0, 1]]), r"got shape \(1, 2\)")):
+        with pytest.raises(ValueError, match=f"`users` must be inner user indices.*{match}"):
+            top_n(posterior, users, n=3)
+    for banned in (np.array([-1]), np.array([N_ITEMS])):
+        with pytest.raises(ValueError, match=rf"`exclude` holds inner item indices outside \[0, {N_ITEMS}\)"):
+            top_n(posterior, np.array([0]), n=3, exclude=[banned])
+    with pytest.raises(ValueError, match="`exclude` must hold arrays of inner item indices"):
+        top_n(posterior, np.array([0]), n=3, exclude=[np.array([1.5])])
+    assert top_n(posterior, np.array([0]), n=3, exclude=[[]]).items.shape == (1, 3)

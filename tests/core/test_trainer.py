@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from mogp_surprise.core import MWGPConfig, fit_mwgp
-from mogp_surprise.core.trainer import FitResult, validate_training_data, validation_split
+from mogp_surprise.core.errors import validate_training_data
+from mogp_surprise.core.trainer import FitResult, validation_split
 from tests.conftest import ON_CPU
 
 N_USERS, N_ITEMS, N_TRAIN, N_TEST = 60, 40, 1500, 300
@@ -444,3 +445,19 @@ def test_without_repeated_pairs_the_split_is_a_random_permutations_prefix() -> N
     held, kept = validation_split(index, 100, torch.Generator().manual_seed(3))
     perm = torch.randperm(1000, generator=torch.Generator().manual_seed(3))
     assert torch.equal(held, perm[:100]) and torch.equal(kept, perm[100:])
+
+
+
+def test_fit_mwgp_refuses_a_dict_config_and_ratings_a_float32_model_cannot_hold() -> None:
+    with pytest.raises(TypeError, match=r"`config` must be an MWGPConfig \(e.g. MWGPConfig\(\*\*params\)\), got dict"):
+        fit_mwgp(_IDX, _Y, (5, 4), {"n_epochs": 2})
+    with pytest.raises(ValueError, match=r"ratings as large as 3e\+20 overflow a float32 model's variances"):
+        fit_mwgp(_IDX, _Y * 1e20, (5, 4), MWGPConfig(n_epochs=1, **ON_CPU))
+    big = fit_mwgp(_IDX, _Y * 1e20, (5, 4), MWGPConfig(n_epochs=1, dtype="float64", n_inducing=3, **ON_CPU))
+    assert np.isfinite(big.posterior.predict(_IDX)[1]).all()
+
+
+def test_the_n_inducing_warning_points_at_the_users_call() -> None:
+    with pytest.warns(UserWarning, match="n_inducing=50 exceeds the number of training ratings") as record:
+        fit_mwgp(_IDX, _Y, (5, 4), MWGPConfig(n_epochs=1, n_inducing=50, **ON_CPU))
+    assert [w.filename for w in record if "n_inducing" in str(w.message)] == [__file__]

@@ -43,6 +43,12 @@ def build_terms(config: Any, n_levels: tuple[int, ...]) -> list[Term]:
     """Every term that ``config`` (an ``MWGPConfig``) switches on: the built-in ones, then those named in
     ``config.extra_terms``, in :attr:`Term.order`."""
     wanted = [cls for cls in registered_terms().values() if cls.builtin]
+    # a built-in term is switched by its own hyper-parameter; "neighbourhood" alone was once switched on this way
+    built_in = [name for name in config.extra_terms if term_class(name).builtin and name != "neighbourhood"]
+    if built_in:
+        raise ValueError(f"`extra_terms` names the built-in term(s) {built_in}, which their own hyper-parameters "
+                         "switch (mf_rank for 'bilinear', use_biases for 'bias', noise for 'noise_offset'; "
+                         "'gp_input' is always there); extra_terms adds terms defined outside the library")
     wanted += [cls for name in config.extra_terms if (cls := term_class(name)) not in wanted]  # a built-in: once
     terms = [t for cls in wanted if (t := cls.from_config(config, tuple(n_levels))) is not None]
     return sorted(terms, key=lambda t: (t.order, t.name))
