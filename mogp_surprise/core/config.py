@@ -265,9 +265,6 @@ class MWGPConfig:
                             f"{self.extra_terms!r}")
         if len(set(self.extra_terms)) != len(self.extra_terms):
             raise ValueError(f"`extra_terms` names a term twice: {self.extra_terms!r}")
-        if "neighbourhood" in self.extra_terms and self.neighbourhood is False:
-            raise ValueError("`extra_terms` names 'neighbourhood' (which switches the term on, as before it was "
-                             "built in) while `neighbourhood=False` switches it off; give one of them")
         rs = self.random_state
         if not (rs is None or isinstance(rs, np.random.Generator)
                 or (isinstance(rs, numbers.Integral) and not isinstance(rs, bool) and rs >= 0)):
