@@ -4,6 +4,7 @@ from __future__ import annotations
 import inspect
 import numbers
 import reprlib
+import threading
 import warnings
 import weakref
 from typing import Any, Callable, Sequence
@@ -200,8 +201,22 @@ def check_id_column(name: str, values: np.ndarray) -> None:
 
 
 def plain_id(value: Any) -> Any:
-    """A raw id as a plain Python value (``np.int64(7)`` -> ``7``), as model files store them."""
+    """A raw id as a plain Python value (``np.int64(7)`` -> ``7``, also inside a tuple id), as model files store
+    them (equal to the id, and of the same hash)."""
+    if isinstance(value, tuple):
+        return tuple(plain_id(v) for v in value)
     return value.item() if isinstance(value, np.generic) else value
+
+
+#: each adapter's lock for changing its fitted state (a fold-in stores a user) and for reading all of it at once
+#: (save, pickle): threads of a service share one model. Kept out of pickles and files
+_STORE_LOCKS: "weakref.WeakKeyDictionary[Any, threading.Lock]" = weakref.WeakKeyDictionary()
+_LOCKS_LOCK = threading.Lock()
+
+
+def store_lock(adapter: Any) -> threading.Lock:
+    with _LOCKS_LOCK:
+        return _STORE_LOCKS.setdefault(adapter, threading.Lock())
 
 
 def check_not_twin(name: str, value: Any, known: Callable[[Any], bool]) -> None:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import threading
 import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any, Callable, Sequence
@@ -13,20 +12,10 @@ import pandas as pd
 
 from ..core.errors import check_bool
 from ..core.posterior import MWGPPosterior
-from ._common import check_not_twin, plain_id
+from ._common import check_not_twin, plain_id, store_lock
 
 #: each fitted adapter's who-rated-what graph, with the object it was built from (kept out of pickles and files)
 _GRAPHS: "weakref.WeakKeyDictionary[Any, tuple[Any, Any]]" = weakref.WeakKeyDictionary()
-#: each adapter's lock for storing a folded-in user (threads of a service): kept out of pickles and files
-_STORE_LOCKS: "weakref.WeakKeyDictionary[Any, threading.Lock]" = weakref.WeakKeyDictionary()
-_LOCKS_LOCK = threading.Lock()
-
-
-def _store_lock(adapter: Any) -> threading.Lock:
-    with _LOCKS_LOCK:
-        return _STORE_LOCKS.setdefault(adapter, threading.Lock())
-
-
 def check_user_id(user: Any, what: str) -> Any:
     """``user`` as a plain id; ``ValueError`` for a missing one (None, NaN, ``pd.NA``, ``NaT``), which ``fit``
     refuses too: a service with a missing id would otherwise serve the cold-start answer without a word."""
@@ -120,11 +109,16 @@ class UserModelMixin:
     def _fold_in(self, user: Any, ratings: Any):
         user = check_user_id(user, "to fold in")
         # one fold-in at a time: each reads the model and stores the user in it (threads of a service lost users
-        # and put two in one row). The posterior first: until the id is stored, its new row is never read
-        with _store_lock(self):
+        # and put two in one row). The posterior first: until the id is stored, its new row is never read; if
+        # storing fails, the posterior as it was (no row without an id)
+        with store_lock(self):
             post, row, items, values = self._folded(user, ratings)
-            self.posterior_ = post
-            self._store_user(user, row, items, values)
+            before, self.posterior_ = self.posterior_, post
+            try:
+                self._store_user(user, row, items, values)
+            except BaseException:
+                self.posterior_ = before
+                raise
         return self
 
     def _user_ratings(self, user: Any, ratings: Any) -> tuple[int, np.ndarray, np.ndarray]:

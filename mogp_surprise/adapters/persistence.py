@@ -51,7 +51,9 @@ _LOADABLE = (str, int, float, bool, bytes, complex, type(None))
 
 
 def _loadable_id(value: Any) -> bool:
-    return isinstance(value, _LOADABLE) or (isinstance(value, tuple) and all(map(_loadable_id, value)))
+    """Whether a file holds ``value`` (a plain id, :func:`plain_id`) as it is: its exact type (an ``IntEnum`` is an
+    int subclass the loader refuses), or a tuple of such."""
+    return type(value) in _LOADABLE or (type(value) is tuple and all(map(_loadable_id, value)))
 
 
 def check_loadable_ids(what: str, ids: Any) -> None:

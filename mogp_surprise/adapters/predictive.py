@@ -23,7 +23,7 @@ from surprise import AlgoBase, Prediction
 from tqdm.auto import tqdm
 
 from ..core.errors import NotFittedError, check_bool
-from ._common import IdEncoder, encode_ids, inner_or_unknown
+from ._common import IdEncoder, encode_ids, inner_or_unknown, store_lock
 
 
 class PredictiveAlgo(AlgoBase):
@@ -55,7 +55,8 @@ class PredictiveAlgo(AlgoBase):
         return cached[1]
 
     def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
+        with store_lock(self):  # not half way through a fold-in
+            state = dict(self.__dict__)
         state.pop("_id_encoders", None)
         return state
 

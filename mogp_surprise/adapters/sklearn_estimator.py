@@ -13,7 +13,8 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..core.errors import check_bool
 from ..core.trainer import fit_mwgp
-from ._common import PARAMS_DOC, HyperParamsMixin, IdEncoder, check_id_column, encode_ids, plain_id
+from ._common import (PARAMS_DOC, HyperParamsMixin, IdEncoder, check_id_column, encode_ids, plain_id,
+                      store_lock)
 from ._users import UserModelMixin
 from .persistence import check_loadable_ids, load_model, save_model
 
@@ -176,15 +177,16 @@ class MWGPRegressor(HyperParamsMixin, UserModelMixin, RegressorMixin, BaseEstima
     def save(self, path) -> None:
         """Save the fitted model (weights, id maps, hyper-parameters, versions) to ``path``."""
         check_is_fitted(self, "posterior_")
-        classes = [[plain_id(c) for c in enc.classes_.tolist()] for enc in self.encoders_]
-        for enc, ids in zip(self.encoders_, classes):
-            check_loadable_ids(enc.name, ids)
-        state = {"classes": classes,
-                 "names": [enc.name for enc in self.encoders_],
-                 "feature_names_in": (list(self.feature_names_in_) if hasattr(self, "feature_names_in_") else None),
-                 "rated": (None if self._rated is None else [torch.from_numpy(a) for a in self._rated]),
-                 "rating_range": getattr(self, "rating_range_", None)}
-        save_model(self, path, state)
+        with store_lock(self):  # one state: not half way through a fold-in of another thread
+            classes = [[plain_id(c) for c in enc.classes_.tolist()] for enc in self.encoders_]
+            for enc, ids in zip(self.encoders_, classes):
+                check_loadable_ids(enc.name, ids)
+            state = {"classes": classes, "names": [enc.name for enc in self.encoders_],
+                     "feature_names_in": (list(self.feature_names_in_) if hasattr(self, "feature_names_in_")
+                                          else None),
+                     "rated": (None if self._rated is None else [torch.from_numpy(a) for a in self._rated]),
+                     "rating_range": getattr(self, "rating_range_", None)}
+            save_model(self, path, state)
 
     @classmethod
     def load(cls, path, device=None) -> "MWGPRegressor":
@@ -203,6 +205,10 @@ class MWGPRegressor(HyperParamsMixin, UserModelMixin, RegressorMixin, BaseEstima
     def _encode(self, encoder: IdEncoder, values: np.ndarray | list) -> np.ndarray:
         """Inner indices of one id column, -1 for unseen ids (warns once when 196 was meant as '196')."""
         return encode_ids(self.posterior_, encoder, values)
+
+    def __getstate__(self) -> dict:
+        with store_lock(self):  # not half way through a fold-in
+            return super().__getstate__()
 
     def __setstate__(self, state: dict) -> None:
         super().__setstate__(state)

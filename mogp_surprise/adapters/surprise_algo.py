@@ -12,7 +12,7 @@ from ..core.config import MWGPConfig
 from ..core.checkpoint import Checkpointing
 from ..core.distributed import DataParallel
 from ..core.trainer import fit_mwgp
-from ._common import PARAMS_DOC, HyperParamsMixin, check_id_column, plain_id, trainset_arrays
+from ._common import PARAMS_DOC, HyperParamsMixin, check_id_column, plain_id, store_lock, trainset_arrays
 from ._users import UserModelMixin
 from .persistence import check_loadable_ids, load_model, save_model
 from .predictive import PredictiveAlgo
@@ -113,14 +113,16 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
         The file holds tensors and plain values only; :meth:`load` reads it on any device.
         """
         self._check_fitted()
-        ts = self.trainset
-        index, ratings = trainset_arrays(ts)
-        users, items = ([plain_id(v) for v in enc.classes_.tolist()] for enc in self._encoders())
-        check_loadable_ids("user", users)
-        check_loadable_ids("item", items)
-        state = {"rating_scale": tuple(float(x) for x in ts.rating_scale), "raw_users": users, "raw_items": items,
-                 "index": torch.from_numpy(index), "ratings": torch.from_numpy(ratings)}
-        save_model(self, path, state)
+        with store_lock(self):  # one state: not half way through a fold-in of another thread
+            ts = self.trainset
+            index, ratings = trainset_arrays(ts)
+            users = [plain_id(ts.to_raw_uid(u)) for u in range(ts.n_users)]
+            items = [plain_id(ts.to_raw_iid(i)) for i in range(ts.n_items)]
+            check_loadable_ids("user", users)
+            check_loadable_ids("item", items)
+            state = {"rating_scale": tuple(float(x) for x in ts.rating_scale), "raw_users": users,
+                     "raw_items": items, "index": torch.from_numpy(index), "ratings": torch.from_numpy(ratings)}
+            save_model(self, path, state)
 
     @classmethod
     def load(cls, path, device=None) -> "MWGP":

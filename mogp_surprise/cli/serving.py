@@ -152,7 +152,7 @@ def _print_rows(algo, frame, extra: tuple = ()) -> None:
     rows = []
     for r in frame.astype({"item": object}).to_dict("records"):  # (iterrows would turn int ids into floats)
         row = ([str(r["rank"])] if ranked else []) + [str(r["item"])] + (
-            [titles.get(str(r["item"]), "")[:45]] if titles else []) + [fmt.format(r[col]) for col, fmt in extra]
+            [titles.get(r["item"], titles.get(str(r["item"]), ""))[:45]] if titles else []) + [fmt.format(r[col]) for col, fmt in extra]
         lo, hi = (min(max(r["mean"] + z * Z90 * r["std"], low), high) for z in (-1, 1))  # both ends within
         row += [f"{min(max(r['mean'], low), high):.2f}", f"{r['std']:.2f}", f"[{lo:.2f}, {hi:.2f}]"]
         rows.append(row)

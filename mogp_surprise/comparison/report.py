@@ -175,13 +175,18 @@ def reuse_results(result: CompareResult, previous: CompareResult | str | Path, a
                          {**result.calibration, **{a: previous.calibration[a] for a in algos}}, settings, result.title)
 
 
-def reuse_list(algos: Sequence[str]) -> list[str]:
-    """The algorithms to reuse as a list (one name is a list of one; a name twice is refused)."""
-    names = [algos] if isinstance(algos, str) else list(algos)
+def distinct_names(names: Sequence[str], what: str) -> list[str]:
+    """``names`` as a list; ``ValueError`` naming any that ``what`` (e.g. "`algos` names") gives twice."""
+    names = list(names)
     twice = sorted({a for a in names if names.count(a) > 1})
     if twice:
-        raise ValueError(f"the algorithms to reuse name {twice} more than once")
+        raise ValueError(f"{what} {twice} more than once")
     return names
+
+
+def reuse_list(algos: Sequence[str]) -> list[str]:
+    """The algorithms to reuse as a list (one name is a list of one; a name twice is refused)."""
+    return distinct_names([algos] if isinstance(algos, str) else algos, "the algorithms to reuse name")
 
 
 def read_earlier(previous: CompareResult | str | Path, where: str | None) -> tuple[CompareResult, str]:

@@ -11,8 +11,6 @@ compared; their rows say so.
 from __future__ import annotations
 
 import logging
-import math
-import numbers
 import os
 import time
 import warnings
@@ -24,11 +22,11 @@ from tqdm.auto import tqdm
 
 from ..core.errors import check_int
 from ..evaluation import arrays_from_predictions, qp_curve, uncertainty_report
-from ..evaluation._validation import check_triplet
+from ..evaluation._validation import check_triplet, finite_real
 from ..evaluation.metrics import calibration_curve
 from ..evaluation.ranking import default_relevance_threshold, ranking_report
 from .algorithms import ALGORITHMS, AlgoSpec, paper_model_overrides
-from .report import check_reuse, read_earlier, reuse_list, reuse_results
+from .report import check_reuse, distinct_names, read_earlier, reuse_list, reuse_results
 from .result import CompareResult
 
 logger = logging.getLogger(__name__)
@@ -111,9 +109,7 @@ def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: i
     names = [] if isinstance(algos, str) else list(algos)
     if not names:
         raise ValueError(f"`algos` must be a non-empty list of algorithm names, got {algos!r}")
-    twice = sorted({a for a in names if names.count(a) > 1})
-    if twice:
-        raise ValueError(f"`algos` names {twice} more than once")
+    distinct_names(names, "`algos` names")
     bad = {k: v for k, v in (extra_algos or {}).items() if not isinstance(v, AlgoSpec)}
     if bad:
         raise TypeError(f"`extra_algos` maps names to AlgoSpec(label, uncertainty, make) entries; got {bad} (wrap "
@@ -197,8 +193,7 @@ def _relevance_threshold(threshold: Any, scale: tuple[float, float]) -> float:
     (above it no test rating would be relevant and every ranking metric 0); None: the default of the scale."""
     if threshold is None:
         return float(default_relevance_threshold(scale))
-    if isinstance(threshold, (bool, np.bool_)) or not isinstance(threshold, numbers.Real) \
-            or not math.isfinite(threshold):
+    if finite_real(threshold) is None:
         raise ValueError(f"`rank_threshold` must be a finite number, got {threshold!r}")
     if threshold > scale[1]:
         raise ValueError(f"`rank_threshold`={threshold:g} is above the top of the rating scale "

@@ -343,6 +343,7 @@ class MWGPConfig:
 
     def torch_dtype(self) -> torch.dtype:
         return _DTYPES[self.dtype]
+
     def torch_device(self) -> torch.device:
         """Resolve ``device``; 'cuda' without CUDA is an error, 'auto' falls back to the CPU."""
         return resolve_device(self.device)

@@ -299,8 +299,9 @@ class MWGPPosterior:
     def predict_pair(self, index: Sequence[int], include_noise: bool = True) -> tuple[float, float]:
         """:meth:`predict` for one index tuple, as floats, in microseconds (:mod:`.serving`: numpy on the fitted tables
         in float64; :meth:`predict` of a float64 posterior to a few units in the last place)."""
-        if len(index) != self.n_factors or (include_noise is not True and include_noise is not False):
-            check_bool("include_noise", include_noise)  # raises for a non-bool; else the length is wrong
+        if include_noise is not True and include_noise is not False:
+            include_noise = check_bool("include_noise", include_noise)
+        if len(index) != self.n_factors:
             raise ValueError(f"`index` must hold {self.n_factors} inner indices, got {len(index)}")
         levels = tuple(index)
         for f, (level, n_levels) in enumerate(zip(levels, self.n_levels)):

@@ -66,7 +66,8 @@ def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: st
     Each user's catalogue is scored in one product (:meth:`~.posterior.MWGPPosterior.catalogue_moments`;
     by the mean: the means alone); the reported mean and std are the chosen items' predictive, as
     :meth:`~.posterior.MWGPPosterior.predict` gives them, and the reported score is computed from them; each list
-    is in the order of its reported scores.
+    is in the order of its reported scores (so items whose scores differ by float32 rounding, ~1e-5, may come in
+    another order in a longer list).
 
     Parameters
     ----------

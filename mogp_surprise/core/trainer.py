@@ -79,7 +79,7 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
     FitResult
         The fitted posterior and the per-epoch loss history.
     """
-    config = config or MWGPConfig()
+    config = MWGPConfig() if config is None else config
     if not isinstance(config, MWGPConfig):
         raise TypeError(f"`config` must be an MWGPConfig (e.g. MWGPConfig(**params)), got {type(config).__name__}")
     index, ratings = np.asarray(index), np.asarray(ratings)

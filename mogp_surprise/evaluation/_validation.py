@@ -5,9 +5,30 @@ that was broken and the value received (conventions, "Errors").
 """
 from __future__ import annotations
 
+import math
+import numbers
+
 import numpy as np
 
 __all__ = ["as_1d", "check_std", "check_triplet", "check_levels"]
+
+
+def finite_real(value: object) -> float | None:
+    """``value`` as a float if it is one finite real number (Python's, numpy's, a 0-d array, anything with
+    ``__float__`` but a bool or a string), else None: the one rule of the evaluation and comparison modules."""
+    if isinstance(value, (bool, np.bool_, str, bytes)) or isinstance(value, (complex, np.complexfloating)):
+        return None
+    if isinstance(value, np.ndarray):
+        if value.ndim or value.dtype.kind not in "iuf":
+            return None
+        value = value.item()
+    if not isinstance(value, numbers.Real) and not hasattr(value, "__float__"):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _preview(values: object, limit: int = 60) -> str:

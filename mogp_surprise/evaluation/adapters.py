@@ -9,14 +9,13 @@ predictive standard deviation is read from ``details["std"]``, else
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ._validation import check_triplet
+from ._validation import check_triplet, finite_real
 from .metrics import uncertainty_report
 from .qp import qp_curve
 
@@ -45,11 +44,17 @@ def _std_of(details: Any, k: int) -> float:
 
 
 def _number(value: Any, name: str) -> float:
-    """One real number of a prediction's details, or a ValueError naming it (not numpy's or float()'s)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.number)) \
-            or isinstance(value, np.complexfloating):
+    """One real number of a prediction's details, or a ValueError naming it (not numpy's or float()'s); NaN and
+    inf pass here, for the checks that say what they are."""
+    number = finite_real(value)
+    if number is None:
+        try:
+            number = float(value) if isinstance(value, (float, np.floating)) else None
+        except (TypeError, ValueError):
+            number = None
+    if number is None:
         raise ValueError(f"{name} must be a number; got {value!r} ({type(value).__name__})")
-    return float(value)
+    return number
 
 
 def arrays_from_predictions(predictions: Iterable[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -9,16 +9,15 @@ end up with there.
 from __future__ import annotations
 
 import logging
-import math
-import numbers
 import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
+
+from ._validation import finite_real
 
 __all__ = ["plot_qp", "plot_calibration", "save_figure"]
 
@@ -106,7 +105,7 @@ def plot_qp(
     else:
         curves = _check_mapping(curves, "curves", "qp_curve DataFrame (or give `baselines`)")
     for label, value in baselines.items():
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        if finite_real(value) is None:
             raise ValueError(f"`baselines[{label!r}]` must be a finite number; got {value!r}")
     for label, curve in curves.items():
         if not isinstance(curve, pd.DataFrame) or "quantile" not in curve.columns:

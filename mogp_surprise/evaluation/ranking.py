@@ -30,12 +30,11 @@ stable ``sort``) and the QP curves do, so the result is deterministic.
 """
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pandas as pd
 
-from ._validation import as_1d
+from ._validation import as_1d, finite_real
 
 __all__ = ["top_k_mask", "precision_recall_at_k", "ndcg_at_k", "ranking_per_user", "ranking_report",
            "default_relevance_threshold"]
@@ -60,12 +59,8 @@ def default_relevance_threshold(rating_scale: tuple[float, float]) -> float:
     float
     """
     pair = None if isinstance(rating_scale, (str, bytes)) else np.asarray(rating_scale, dtype=object)
-    if pair is None or pair.shape != (2,) or not all(isinstance(v, (int, float, np.integer, np.floating))
-                                                     and not isinstance(v, (bool, np.bool_)) for v in pair):
-        raise ValueError("`rating_scale` must be two finite numbers (low, high) with low < high; "
-                         f"got {rating_scale!r}")
-    low, high = (float(v) for v in pair)
-    if not (math.isfinite(low) and math.isfinite(high) and low < high):
+    low, high = (None, None) if pair is None or pair.shape != (2,) else (finite_real(v) for v in pair)
+    if low is None or high is None or not low < high:
         raise ValueError("`rating_scale` must be two finite numbers (low, high) with low < high; "
                          f"got {rating_scale!r}")
     return low + RELEVANCE_POSITION * (high - low)
@@ -78,10 +73,9 @@ def _check_k(k: object) -> int:
 
 
 def _check_threshold(threshold: object) -> float:
-    if isinstance(threshold, (bool, np.bool_)) or not isinstance(threshold, (int, float, np.number)) \
-            or not math.isfinite(float(threshold)):
+    if (number := finite_real(threshold)) is None:
         raise ValueError(f"`threshold` must be a finite number; got {threshold!r}")
-    return float(threshold)
+    return number
 
 
 def _user_codes(users: object, n: int | None = None) -> np.ndarray:

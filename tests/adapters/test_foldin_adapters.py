@@ -217,9 +217,10 @@ def test_a_regressor_pickled_before_fold_in_existed_still_recommends():
 
 @pytest.mark.parametrize("adapter", ["algo", "est"])
 def test_threads_folding_in_and_predicting_at_once_keep_every_user(adapter, request, split):
-    """A service's threads fold in users while others read the model: every user is kept, in a row of its own,
-    with the predictions of folding them in one after another, and no reader fails (before the lock: 3 of 16
-    users kept, two in one row, readers failing on a row the posterior did not have yet)."""
+    """A service's threads fold in users while others read and copy the model: every user is kept, in a row of its
+    own, with the predictions of folding them in one after another; no reader fails and every copy has an id for
+    each row (before the lock: 3 of 16 users kept, two in one row, readers failing on a row the posterior did not
+    have yet)."""
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
@@ -234,12 +235,17 @@ def test_threads_folding_in_and_predicting_at_once_keep_every_user(adapter, requ
             return model.predict_dist(pd.DataFrame({"user": users, "item": [target] * len(users)}))
         return model.predict_dist(users, [target] * len(users))
 
+    def n_ids(model):
+        return model.encoders_[0].n_levels if adapter == "est" else model.trainset.n_users
+
     def read():
         while not stop.is_set():
             try:
                 for uid in groups:
                     dist(threaded, [uid])
                     threaded.recommend(uid, n=2)
+                copied = copy.deepcopy(threaded)  # a pickle (or a save) is one state: an id for every row
+                assert n_ids(copied) == copied.posterior_.n_levels[0], (n_ids(copied), copied.posterior_.n_levels)
             except Exception as exc:  # noqa: BLE001 - any failure of a reader is the defect
                 failures.append(exc)
                 return

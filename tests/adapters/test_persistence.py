@@ -237,3 +237,24 @@ def test_item_names_keep_their_keys_through_a_file(surprise_model, tmp_path):
     algo.item_names_ = {5: "Five", "7": "Seven", ("a", 1): "A1"}
     algo.save(tmp_path / "m.pt")
     assert MWGP.load(tmp_path / "m.pt").item_names_ == {5: "Five", "7": "Seven", ("a", 1): "A1"}
+
+
+def test_ids_of_subclasses_or_with_numpy_parts_are_saved_as_plain_values_or_refused(surprise_model, tmp_path):
+    """An IntEnum is an int the loader refuses (refused before writing); a tuple id with a numpy part is
+    saved as plain values, equal to it."""
+    import copy
+    import enum
+
+    class Shop(enum.IntEnum):
+        A = 1
+
+    item = surprise_model.trainset.to_raw_iid(0)
+    algo = copy.deepcopy(surprise_model)
+    algo.fold_in(("shop", np.float64(1.5)), {item: 4})
+    algo.save(tmp_path / "m.pt")
+    loaded = MWGP.load(tmp_path / "m.pt")
+    got, want = loaded.predict(("shop", 1.5), item), algo.predict(("shop", np.float64(1.5)), item)
+    assert not got.details["unknown_user"] and (got.est, got.details["var"]) == (want.est, want.details["var"])
+    algo.fold_in(Shop.A, {item: 4})
+    with pytest.raises(TypeError, match=r"user ids include <Shop.A: 1> \(Shop\)"):
+        algo.save(tmp_path / "m2.pt")

@@ -37,6 +37,21 @@ def test_format_1_surprise_files_predict_what_they_predicted(name) -> None:
     assert algo.chosen_params_ == {"n_epochs": len(algo.loss_history_), "lr": algo.lr, "mf_reg": algo.mf_reg}
 
 
+def test_the_format_1_paper_model_has_no_noise_term_and_serves_a_new_user() -> None:
+    """Its file holds the all-ones noise scales of a homoscedastic model; migrated as a noise term whose
+    population it never saved, fold-in ended in a KeyError."""
+    algo = MWGP.load(FORMAT_V1 / "surprise_paper.pt")
+    assert algo.posterior_.term("noise_offset") is None
+    assert MWGP.load(FORMAT_V1 / "surprise_default.pt").posterior_.term("noise_offset") is not None
+    before = algo.predict_dist("someone-new", "i3")
+    answers = {"i1": 5.0, "i2": 5.0, "i4": 5.0}
+    assert len(algo.ask("someone-new", n=2, ratings=answers)) == 2
+    recommended = algo.recommend("someone-new", n=3, ratings=answers)
+    algo.fold_in("someone-new", answers)
+    assert algo.recommend("someone-new", n=3)["item"].tolist() == recommended["item"].tolist()
+    assert algo.predict_dist("someone-new", "i3")[1] < before[1]
+
+
 def test_a_format_1_pickle_and_a_folded_user_predict_what_they_predicted() -> None:
     expected = v1_expected()
     with open(FORMAT_V1 / "surprise_default.pkl", "rb") as fh:  # what surprise.dump wrote: a pickled MWGP

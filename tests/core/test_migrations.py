@@ -79,6 +79,11 @@ def test_states_written_before_a_feature_existed_load_as_the_model_they_hold(dro
     if check == "no noise term":
         assert post.term("noise_offset") is None
         _same(post, MWGPPosterior.from_state_dict(full))
+        # a heteroscedastic state keeps its term; without its scales it loads as the model without the term
+        with_noise = _v1("surprise_default")
+        assert MWGPPosterior.from_state_dict(with_noise).term("noise_offset") is not None
+        assert MWGPPosterior.from_state_dict({k: v for k, v in with_noise.items() if k not in drop}).term(
+            "noise_offset") is None
     elif check == "no bilinear term":
         assert post.term("bilinear") is None
         _same(post, MWGPPosterior.from_state_dict(full))

@@ -183,6 +183,8 @@ def test_include_noise_must_be_a_bool() -> None:
             call()
     with pytest.raises(ValueError, match="`index` must hold 2 inner indices, got 3"):
         post.predict_pair((0, 1, 2))
+    assert post.predict_pair((0, 1), np.True_) == post.predict_pair((0, 1), True)
+    assert post.predict_pair((0, 1), np.False_) == post.predict_pair((0, 1), False)
 
 
 def test_out_of_range_known_index_raises() -> None:
