@@ -369,5 +369,5 @@ def _fold_state(ctx: FoldInContext, data: UserData, init: int | None, max_iter: 
     folded = FoldedUser(rows=rows, raw=raw, variances={k: v.cpu().numpy() for k, v in variances.items()},
                         n_ratings=data.n, objective=float(value), n_iter=n_iter, covariance=covariance.cpu().numpy(),
                         layout=[(b.key, b.width) for b in ctx.laplace_blocks],
-                        answers=(data.answers[0].cpu().numpy(), data.answers[1].cpu().numpy()))
+                        answers=(data.answers[0].cpu().numpy(), data.answers[1].cpu().numpy()), model=ctx.model)
     return folded, theta, covariance

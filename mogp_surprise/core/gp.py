@@ -112,6 +112,10 @@ class FittedGP:
     def n_inducing(self) -> int:
         return int(self.inducing.shape[0])
 
+    def fingerprint(self) -> tuple[float, ...]:
+        """A few sums that tell this fitted GP from another one (a folded-in user belongs to one model)."""
+        return tuple(float(t.double().sum()) for t in (self.inducing, self.lengthscale, self.w))
+
     def kernel(self) -> RBFKernel:
         return RBFKernel(self.lengthscale, self.outputscale)
 

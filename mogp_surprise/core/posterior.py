@@ -24,7 +24,7 @@ from .model import MWGPModule
 from .predictive import catalogue_moments, predictive_moments
 from .sampling import catalogue_draw, weight_sampler
 from .serving import pair_predictor
-from .state import FittedTable, FittedTerm, FoldedUser, PosteriorState
+from .state import FittedTable, FittedTerm, FoldedUser, PosteriorState, check_folded_users
 
 
 class MWGPPosterior:
@@ -206,7 +206,7 @@ class MWGPPosterior:
 
     def _with_user_rows(self, users: Sequence[FoldedUser], rows: np.ndarray | None) -> "MWGPPosterior":
         users = list(users)
-        self._check_users(users)
+        check_folded_users(self.state, users)
 
         def put(table: Tensor, values: list) -> Tensor:
             vals = torch.as_tensor(np.asarray(values, dtype=np.float64), dtype=table.dtype, device=table.device)
@@ -240,22 +240,6 @@ class MWGPPosterior:
         cold = put(old_cold, [int(u.n_ratings) == 0 for u in users])
         # the GP and the unseen levels' populations are unchanged: their kernel expectations too (1.2 ms on ML-1M)
         return MWGPPosterior(replace(self.state, terms=terms, cold_users=cold), _psi=self.psi)
-
-    def _check_users(self, users: list) -> None:
-        if self.n_factors != 2:
-            raise ValueError(f"folded-in users need a (user, item) model; this one has {self.n_factors} factors")
-        for n, u in enumerate(users):
-            if not all(hasattr(u, a) for a in ("rows", "variances", "n_ratings")):
-                raise ValueError(f"`users[{n}]` is not a FoldedUser (from mogp_surprise.core.foldin.fold_in), "
-                                 f"got {type(u).__name__}")
-            for fitted in self.state.terms:
-                for spec in fitted.term.user_tables:
-                    key = f"{fitted.name}.{spec.name}"
-                    want = (spec.width,) if spec.width else ()
-                    if key not in u.rows or np.shape(u.rows[key]) != want:
-                        raise ValueError(f"`users[{n}]` has no row of shape {want} for {key!r} (got "
-                                         f"{np.shape(u.rows[key]) if key in u.rows else 'none'}); it was folded in "
-                                         "with another model")
 
     # -- prediction -----------------------------------------------------------------------------------------
     def predict(self, index: np.ndarray, include_noise: bool = True,

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+import numpy as np
 from torch import Tensor
 
 from .gp import FittedGP
@@ -192,6 +193,9 @@ class FoldedUser:
     answers : tuple of (ndarray, ndarray), optional
         The inner items and standardised ratings folded in: a term that reads what the user rated
         (:attr:`~.terms.Term.reads_pairs`) serves the user from them.
+    model : tuple of float, optional
+        :meth:`~.gp.FittedGP.fingerprint` of the model the user was folded in with (checked where the user is
+        added to a posterior).
     """
 
     rows: dict[str, Any]
@@ -203,8 +207,35 @@ class FoldedUser:
     covariance: Any = None
     layout: list = field(default_factory=list)
     answers: tuple | None = None
+    model: tuple | None = None
 
     @property
     def cold(self) -> bool:
         """True for a user folded in from 0 ratings (predicted as index -1)."""
         return self.n_ratings == 0
+
+
+def check_folded_users(state: "PosteriorState", users: list) -> None:
+    """``ValueError`` unless every one of ``users`` is a :class:`FoldedUser` of the model ``state`` holds: a row of
+    the right shape for every user table, folded in with this model's GP (a user of another model with tables of
+    the same shapes predicted without a word)."""
+    if len(state.n_levels) != 2:
+        raise ValueError(f"folded-in users need a (user, item) model; this one has {len(state.n_levels)} factors")
+    fingerprint = None
+    for n, u in enumerate(users):
+        if not all(hasattr(u, a) for a in ("rows", "variances", "n_ratings")):
+            raise ValueError(f"`users[{n}]` is not a FoldedUser (from mogp_surprise.core.foldin.fold_in), "
+                             f"got {type(u).__name__}")
+        for fitted in state.terms:
+            for spec in fitted.term.user_tables:
+                key = f"{fitted.name}.{spec.name}"
+                want = (spec.width,) if spec.width else ()
+                if key not in u.rows or np.shape(u.rows[key]) != want:
+                    raise ValueError(f"`users[{n}]` has no row of shape {want} for {key!r} (got "
+                                     f"{np.shape(u.rows[key]) if key in u.rows else 'none'}); it was folded in "
+                                     "with another model")
+        if getattr(u, "model", None) is not None:
+            fingerprint = fingerprint or state.gp.fingerprint()
+            if not np.allclose(u.model, fingerprint, rtol=1e-5, atol=1e-8):
+                raise ValueError(f"`users[{n}]` was folded in with another model (its GP differs); fold the user in "
+                                 "with this posterior")

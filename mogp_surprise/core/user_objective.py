@@ -84,6 +84,7 @@ class FoldInContext:
         self.device = posterior.device
         self.n_users, self.n_items = posterior.n_levels
         self.rating_mean, self.rating_std = posterior.rating_mean, posterior.rating_std
+        self.model = posterior.state.gp.fingerprint()  # which model a folded-in user belongs to
         self.blocks: list[Block] = []
         start = 0
         for position, fitted in enumerate(state.terms):

@@ -564,3 +564,20 @@ def test_models_with_context_factors_are_refused() -> None:
     post = MWGPPosterior.from_module(mod, 0.0, 1.0, JITTER)
     with pytest.raises(ValueError, match="has 3 factors \\(context factors are not supported\\)"):
         fold_in(post, [0, 1], [1.0, 2.0])
+
+
+def test_a_user_folded_in_with_another_model_is_refused() -> None:
+    """Rows of the same shapes from another fit (another seed) predicted without a word; a copy of the same model
+    in another dtype takes the user."""
+    rng = np.random.default_rng(0)
+    index = np.stack([rng.integers(0, 30, 600), rng.integers(0, 25, 600)], 1)
+    ratings = rng.integers(1, 6, 600).astype(float)
+    one, other = (fit_mwgp(index, ratings, (30, 25), MWGPConfig(n_epochs=2, n_inducing=16, random_state=seed,
+                                                                device="cpu")).posterior for seed in (0, 1))
+    user = fold_in(one, np.array([0, 1, 2]), np.array([5.0, 4.0, 1.0]))
+    with pytest.raises(ValueError, match=r"`users\[0\]` was folded in with another model \(its GP differs\)"):
+        other.with_extra_users([user])
+    with pytest.raises(ValueError, match="was folded in with another model"):
+        other.with_replaced_users([3], [user])
+    for same in (one, one.to(dtype="float64")):
+        assert same.with_extra_users([user]).n_levels[0] == 31
