@@ -177,6 +177,12 @@ def check_id_column(name: str, values: np.ndarray) -> None:
             raise ValueError(f"id column {name!r} must not contain NaN/inf; found {int(bad.sum())} "
                              f"(first at row {pos})")
         return
+    if values.dtype.kind in "mM":  # datetimes and timedeltas: NaT is a missing id
+        missing = np.isnat(values)
+        if missing.any():
+            raise ValueError(f"id column {name!r} must not contain NaT; found {int(missing.sum())} (first at row "
+                             f"{int(np.flatnonzero(missing)[0])})")
+        return
     if values.dtype.kind != "O":
         return
     missing = pd.isna(values)

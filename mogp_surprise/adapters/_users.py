@@ -211,6 +211,9 @@ def _id_list(raw: Any, error: str) -> list:
     """``raw`` as a list of raw ids; ``ValueError(error)`` for one id (a string is one id, not its characters)."""
     if isinstance(raw, (str, bytes)) or not isinstance(raw, Iterable):
         raise ValueError(error)
+    if isinstance(raw, pd.DataFrame):  # iterating one gives its column names
+        raise ValueError("a DataFrame is not a list of ids (iterating it gives its column names); pass one of its "
+                         "columns, e.g. df['user']")
     return list(raw)
 
 
@@ -227,16 +230,22 @@ def check_fold_ratings(ratings: Any, encode_items: Callable[[list], np.ndarray],
                        range_name: str = "the rating scale") -> tuple[np.ndarray, np.ndarray]:
     """Validated (inner item indices, ratings) of the ratings one user gives to fold in.
 
-    ``ratings``: a dict ``{item: rating}`` (any mapping, or a pandas Series indexed by item) or an iterable of
-    ``(item, rating)`` pairs of raw item ids; empty means no ratings (the user is the cold-start user). Unknown
+    ``ratings``: a dict ``{item: rating}`` (any mapping, or a pandas Series indexed by item), an iterable of
+    ``(item, rating)`` pairs of raw item ids (or an (n, 2) array, or a DataFrame of two columns: item, rating); empty means no ratings (the user is the cold-start user). Unknown
     item ids, repeated items, non-numeric, non-finite or out-of-range ratings raise ``ValueError`` naming them.
     """
     if isinstance(ratings, (str, bytes)) or ratings is None:
         raise ValueError(f"`ratings` must be a dict {{item: rating}} or a sequence of (item, rating) pairs, "
                          f"got {ratings!r}")
-    pairs = list(ratings.items()) if isinstance(ratings, (Mapping, pd.Series)) else list(ratings)
+    if isinstance(ratings, pd.DataFrame):  # iterating one gives its column names
+        if ratings.shape[1] != 2:
+            raise ValueError(f"`ratings` as a DataFrame must have two columns, the item and its rating; got "
+                             f"{list(ratings.columns)}")
+        pairs = list(ratings.itertuples(index=False, name=None))
+    else:
+        pairs = list(ratings.items()) if isinstance(ratings, (Mapping, pd.Series)) else list(ratings)
     for pos, pair in enumerate(pairs):
-        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+        if not isinstance(pair, (tuple, list, np.ndarray)) or len(pair) != 2:
             raise ValueError(f"`ratings` must hold (item, rating) pairs; entry {pos} is {pair!r}")
     raw_items = [p[0] for p in pairs]
     values = np.empty(len(pairs), dtype=np.float64)

@@ -16,9 +16,11 @@ other type (``196`` vs ``"196"``) raises a one-time warning.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any, Sequence
 
 import numpy as np
+import pandas as pd
 from surprise import AlgoBase, Prediction
 from tqdm.auto import tqdm
 
@@ -111,6 +113,8 @@ class PredictiveAlgo(AlgoBase):
 
         Estimates are clipped to the rating scale as Surprise does; ``details`` as in :meth:`predict`.
         """
+        if isinstance(testset, pd.DataFrame):
+            raise ValueError(_FRAME_ADVICE.format(what="test"))
         return self._predictions(list(testset), True, verbose)
 
     def _predictions(self, testset: list, clip: bool, verbose: bool) -> list[Prediction]:
@@ -145,9 +149,12 @@ class PredictiveAlgo(AlgoBase):
         """
         if include_noise is not True and include_noise is not False:
             check_bool("include_noise", include_noise)
+        uid, iid = (list(ids) if isinstance(ids, Iterator) else ids for ids in (uid, iid))  # a generator: its ids
         if iid is None:
+            if isinstance(uid, pd.DataFrame):
+                raise ValueError(_FRAME_ADVICE.format(what="predict_dist"))
             pairs = list(uid)
-            if pairs and not all(isinstance(p, (tuple, list)) and len(p) >= 2 for p in pairs):
+            if pairs and not all(isinstance(p, (tuple, list, np.ndarray)) and len(p) >= 2 for p in pairs):
                 raise ValueError("`predict_dist(testset)` expects a sequence of (uid, iid[, r]) tuples; "
                                  "pass `iid` for single ids")
             return self._moments(self._inner_index([p[0] for p in pairs], [p[1] for p in pairs]), include_noise)
@@ -161,6 +168,10 @@ class PredictiveAlgo(AlgoBase):
         if len(users) != len(items):
             raise ValueError(f"`uid` and `iid` must have the same length, got {len(users)} and {len(items)}")
         return self._moments(self._inner_index(users, items), include_noise)
+
+
+_FRAME_ADVICE = ("{what} takes a testset, a list of (uid, iid, r) tuples, not a DataFrame (iterating one gives its "
+                 "column names): list(df[['user', 'item', 'rating']].itertuples(index=False, name=None))")
 
 
 def _details(var: float, index: Sequence[int]) -> dict[str, Any]:

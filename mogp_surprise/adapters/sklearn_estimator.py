@@ -11,7 +11,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.validation import check_is_fitted
 
-from ..core.errors import check_bool
+from ..core.errors import caller_stacklevel, check_bool
 from ..core.trainer import fit_mwgp
 from ._common import (PARAMS_DOC, HyperParamsMixin, IdEncoder, check_id_column, encode_ids, plain_id,
                       store_lock)
@@ -59,6 +59,11 @@ class MWGPRegressor(HyperParamsMixin, UserModelMixin, RegressorMixin, BaseEstima
         self.n_features_in_ = len(columns)
         if names is not None:
             self.feature_names_in_ = np.asarray(names, dtype=object)
+            lower = [n.lower() for n in names]
+            if "user" in lower and "item" in lower and lower.index("item") < lower.index("user"):
+                warnings.warn(f"X's columns are read by position: the first is the user, the second the item; here "
+                              f"they are {names[:2]} (reorder them, e.g. X[['user', 'item']], if 'item' holds the "
+                              "items)", UserWarning, stacklevel=caller_stacklevel())
         elif hasattr(self, "feature_names_in_"):
             del self.feature_names_in_
         fitted = [IdEncoder.fit(name, col) for name, col in zip(_labels(names, len(columns)), columns)]
@@ -268,6 +273,8 @@ def _split_columns(X: Any, expected: int | None) -> tuple[list[np.ndarray], list
                              "single pair as [[user, item]].")
         columns = [arr[:, k] for k in range(arr.shape[1])]
         n_rows = arr.shape[0]
+    # in the machine's byte order (pandas' hash tables refuse big-endian buffers)
+    columns = [col.astype(col.dtype.newbyteorder("=")) if not col.dtype.isnative else col for col in columns]
     n_cols = len(columns)
     if any(col.dtype.kind == "c" for col in columns):
         raise ValueError("Complex data not supported: X must hold id values")

@@ -91,10 +91,18 @@ def validate_ratings(frame: pd.DataFrame, rating_scale: tuple[float, float], sou
 
     Raises
     ------
+    TypeError
+        If ``frame`` is not a DataFrame.
     ValueError
-        If a column is missing, the frame is empty, an id is empty or missing, a rating is NaN
+        If a column is missing or given twice, the frame is empty, an id is empty or missing, a rating is NaN
         or infinite, or a rating lies outside ``rating_scale``. The message names ``source`` and the problem.
     """
+    if not isinstance(frame, pd.DataFrame):
+        raise TypeError(f"{source} must be a pandas DataFrame with the columns user, item and rating; got "
+                        f"{type(frame).__name__} (pd.DataFrame(...) builds one from an array or a dict of columns)")
+    twice = [c for c in ("user", "item", "rating") if list(frame.columns).count(c) > 1]
+    if twice:
+        raise ValueError(f"{source} has the column(s) {twice} more than once")
     missing = [c for c in ("user", "item", "rating") if c not in frame.columns]
     if missing:
         raise ValueError(f"{source} lacks the columns {missing}; found {list(frame.columns)}")

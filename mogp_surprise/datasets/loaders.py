@@ -266,7 +266,8 @@ def to_surprise_dataset(df: pd.DataFrame, rating_scale: tuple[float, float] | No
     """
     if rating_scale is None:
         validate_ratings(df, (-np.inf, np.inf), "df")
-        rating_scale = (float(df["rating"].min()), float(df["rating"].max()))
+        ratings = df["rating"].to_numpy(dtype=np.float64)  # as numbers: the strings "10" < "9"
+        rating_scale = (float(ratings.min()), float(ratings.max()))
     else:
         pair = tuple(rating_scale) if isinstance(rating_scale, (tuple, list, np.ndarray)) else ()
         if len(pair) != 2 or not all(isinstance(v, numbers.Real) and math.isfinite(v) for v in pair) \

@@ -95,7 +95,8 @@ def arrays_from_predictions(predictions: Iterable[Any]) -> tuple[np.ndarray, np.
         if r_ui is None:
             raise ValueError(f"`predictions[{k}].r_ui` must be the true rating; got None "
                              "(predict on a testset, not on bare (uid, iid) pairs)")
-        y_true[k], mean[k], std[k] = r_ui, est, _std_of(details, k)
+        y_true[k] = _number(r_ui, f"`predictions[{k}].r_ui`")
+        mean[k], std[k] = _number(est, f"`predictions[{k}].est`"), _std_of(details, k)
     return check_triplet(y_true, mean, std, y_name="y_true")
 
 

@@ -30,6 +30,7 @@ stable ``sort``) and the QP curves do, so the result is deterministic.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 
 import numpy as np
 import pandas as pd
@@ -78,9 +79,26 @@ def _check_threshold(threshold: object) -> float:
     return number
 
 
+def _id_array(users: object) -> np.ndarray:
+    """User ids as a 1-D array (a tuple id stays one id; an iterator is read once)."""
+    if isinstance(users, (np.ndarray, pd.Series)):
+        arr = np.asarray(users)  # in the machine's byte order: pandas' hash tables refuse big-endian buffers
+        return arr if arr.dtype.isnative else arr.astype(arr.dtype.newbyteorder("="))
+    if isinstance(users, (list, tuple, Iterator)):
+        values = list(users)
+        nested = [(k, v) for k, v in enumerate(values) if isinstance(v, (list, np.ndarray, dict, set))][:1]
+        if nested:
+            raise ValueError(f"`users` must be 1-D, one id per rating; got the {type(nested[0][1]).__name__} "
+                             f"{nested[0][1]!r} at position {nested[0][0]}")
+        arr = np.empty(len(values), dtype=object)
+        arr[:] = values
+        return arr
+    return np.asarray(users, dtype=object)
+
+
 def _user_codes(users: object, n: int | None = None) -> np.ndarray:
     """Codes 0..n_users-1 of the user ids (any hashable ids), in order of first appearance."""
-    arr = np.asarray(users, dtype=object) if not isinstance(users, (np.ndarray, pd.Series)) else np.asarray(users)
+    arr = _id_array(users)
     if arr.ndim != 1:
         raise ValueError(f"`users` must be 1-D; got an array of shape {arr.shape}")
     if arr.size == 0:
@@ -196,12 +214,14 @@ def ranking_per_user(users: object, y_true: object, scores: object, k: int = 10,
         Indexed by user id (first appearance order); columns ``n_items``, ``n_relevant``,
         ``n_recommended``, ``precision``, ``recall``, ``ndcg``.
     """
+    users = _id_array(users)
     codes, y, s = _check(users, y_true, scores)
     if not isinstance(recommend_above_threshold, (bool, np.bool_)):  # "no" is not False
         raise ValueError(f"`recommend_above_threshold` must be True or False; got {recommend_above_threshold!r}")
     frame = _per_user(codes, y, s, _check_k(k), _check_threshold(threshold), bool(recommend_above_threshold),
                       relevance)
-    frame.index = pd.Index(pd.unique(np.asarray(users, dtype=object)), name="user")
+    distinct = pd.unique(users.astype(object)) if users.dtype != object else pd.unique(users)
+    frame.index = pd.Index(list(distinct), name="user", tupleize_cols=False)
     return frame
 
 

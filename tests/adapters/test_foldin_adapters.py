@@ -296,3 +296,13 @@ def test_ratings_as_a_series_or_any_mapping_fold_in_as_a_dict(algo):
     want = algo.recommend("series-user", n=4, ratings=answers)
     for given in (pd.Series(answers), MappingProxyType(answers)):
         pd.testing.assert_frame_equal(algo.recommend("series-user", n=4, ratings=given), want)
+
+
+def test_ratings_as_an_array_of_pairs_or_a_two_column_frame_fold_in_as_pairs(algo):
+    answers = [("i1", 5.0), ("i2", 4.0), ("i7", 1.0)]
+    want = algo.recommend("array-user", n=4, ratings=answers)
+    frame = pd.DataFrame(answers, columns=["item", "rating"])
+    for given in (np.array(answers, dtype=object), frame, frame.to_numpy()):
+        pd.testing.assert_frame_equal(algo.recommend("array-user", n=4, ratings=given), want)
+    with pytest.raises(ValueError, match=r"`ratings` as a DataFrame must have two columns.*\['user', 'item', "):
+        algo.recommend("array-user", n=4, ratings=frame.assign(user="x")[["user", "item", "rating"]])

@@ -282,3 +282,28 @@ def test_describe_ratings_refuses_a_rating_that_is_no_number(value, match):
     with pytest.raises(ValueError, match=match):
         describe_ratings(df)
     assert describe_ratings(df.iloc[:2])["scale"] == (1.0, 2.0)
+
+
+def test_the_inferred_scale_of_ratings_given_as_strings_is_numeric():
+    """max() of the strings "1".."10" is "9": the scale came out (1, 9) and every 10 was clipped to 9."""
+    df = pd.DataFrame({"user": list("abcd"), "item": list("wxyz"), "rating": ["1", "10", "9", "2"]})
+    assert to_surprise_dataset(df).reader.rating_scale == (1.0, 10.0)
+
+
+@pytest.mark.parametrize("frame, error, match", [
+    (np.array([["a", "b", 1.0]], dtype=object), TypeError, "df must be a pandas DataFrame with the columns user"),
+    ({"user": ["a"], "item": ["b"], "rating": [1.0]}, TypeError, "got dict"),
+    (pd.concat([pd.DataFrame({"user": ["a"], "item": ["b"], "rating": [1.0]}), pd.DataFrame({"rating": [2.0]})],
+               axis=1), ValueError, r"df has the column\(s\) \['rating'\] more than once"),
+])
+def test_a_frame_that_is_no_rating_frame_is_named(frame, error, match):
+    with pytest.raises(error, match=match):
+        to_surprise_dataset(frame)
+    with pytest.raises(error, match=match):
+        from mogp_surprise.datasets import describe_ratings
+        describe_ratings(frame)
+
+
+def test_categorical_ratings_infer_their_numeric_scale():
+    df = pd.DataFrame({"user": list("abc"), "item": list("xyz"), "rating": pd.Categorical([1.0, 5.0, 3.0])})
+    assert to_surprise_dataset(df).reader.rating_scale == (1.0, 5.0)

@@ -152,3 +152,16 @@ def test_a_rating_scale_that_is_no_pair_of_numbers_is_refused(scale):
 def test_recommend_above_threshold_must_be_a_bool():
     with pytest.raises(ValueError, match="`recommend_above_threshold` must be True or False; got 'no'"):
         ranking_per_user([1, 1], [4, 5], [4, 5], recommend_above_threshold="no")
+
+
+def test_tuple_big_endian_and_iterator_user_ids_are_ids():
+    users, y, scores = [("u", 1), ("u", 1), ("v", 2)], [4, 5, 3], [1, 2, 3]
+    want = ranking_per_user(["u1", "u1", "v2"], y, scores, k=1)
+    got = ranking_per_user(users, y, scores, k=1)
+    assert got.index.tolist() == [("u", 1), ("v", 2)]
+    np.testing.assert_array_equal(got.to_numpy(), want.to_numpy())
+    np.testing.assert_array_equal(ranking_per_user(np.array([1, 1, 2], dtype=">i8"), y, scores, k=1).to_numpy(),
+                                  want.to_numpy())
+    np.testing.assert_array_equal(ranking_per_user(iter(["a", "a", "b"]), y, scores, k=1).to_numpy(), want.to_numpy())
+    with pytest.raises(ValueError, match=r"`users` must be 1-D, one id per rating; got the list \['a'\]"):
+        ranking_per_user([["a"], "b", "c"], y, scores, k=1)
