@@ -89,6 +89,7 @@ class UserModelMixin:
         if strategy == AUTO:
             strategy = ["lcb" if len(r) < AUTO_FEW_RATINGS else "mean" for r in rated]
         result = top_n(posterior, inner_users, n=n, strategy=strategy, kappa=kappa,
+                       chunk_size=getattr(self, "chunk_size", None),
                        exclude=rated if exclude_rated else None, random_state=random_state, by_pairs=by_pairs)
         valid = result.items >= 0
         rows, ranks = np.nonzero(valid)

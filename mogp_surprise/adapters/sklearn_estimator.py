@@ -87,7 +87,8 @@ class MWGPRegressor(HyperParamsMixin, UserModelMixin, RegressorMixin, BaseEstima
         columns, names = _split_columns(X, expected=self.n_features_in_)
         self._check_names(names)
         index = np.stack([self._encode(enc, col) for enc, col in zip(self.encoders_, columns)], axis=1)
-        return self.posterior_.predict(index.reshape(-1, self.n_features_in_), include_noise=include_noise)
+        return self.posterior_.predict(index.reshape(-1, self.n_features_in_), include_noise=include_noise,
+                                       chunk_size=getattr(self, "chunk_size", None))  # as set now, not at fit
 
     def predict(self, X: Any, return_std: bool = False):
         """Predictive mean, and with ``return_std=True`` also the standard deviation."""

@@ -135,7 +135,8 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
 
     # -- predictions (estimate, predict, test, predict_dist: PredictiveAlgo) ---------------------------
     def _moments(self, index: np.ndarray, include_noise: bool = True) -> tuple[np.ndarray, np.ndarray]:
-        return self.posterior_.predict(index, include_noise=include_noise)
+        return self.posterior_.predict(index, include_noise=include_noise,
+                                       chunk_size=getattr(self, "chunk_size", None))  # as set now, not at fit
 
     def _pair_moments(self, index: tuple[int, int], include_noise: bool = True) -> tuple[float, float]:
         return self.posterior_.predict_pair(index, include_noise=include_noise)

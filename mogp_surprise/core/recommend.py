@@ -121,14 +121,19 @@ def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: st
     if len(strategies) != len(users):
         raise ValueError(f"`strategy` must be one strategy or one per user ({len(users)}), got {len(strategies)}")
     k, width = len(users), min(n, n_items)
-    out_items = np.full((k, width), -1, dtype=np.int64)
-    out = {name: np.full((k, width), np.nan) for name in ("mean", "std", "score")}
+    try:
+        out_items = np.full((k, width), -1, dtype=np.int64)
+        out = {name: np.full((k, width), np.nan) for name in ("mean", "std", "score")}
+    except MemoryError:
+        raise MemoryError(f"{k} lists of {width} items (n={n}) need {32 * k * width / 2 ** 30:.1f} GiB for the "
+                          "result alone; ask for fewer items, or fewer users per call") from None
     device = posterior.device
     signs = np.array([{"mean": 0.0, "lcb": -1.0, "ucb": 1.0, "thompson": 0.0}[s] for s in strategies])
     kappas = np.array([DEFAULT_KAPPA[s] if kappa is None else float(kappa) for s in strategies])
     drawn_users = np.array([s == "thompson" for s in strategies], dtype=bool)
     generator = draw_generator(random_state, device) if drawn_users.any() else None
-    per_chunk = max(1, (chunk_size or posterior.chunk_size) // max(width, 1))
+    step = posterior.chunk_size if chunk_size is None else check_int("chunk_size", chunk_size, 1)
+    per_chunk = max(1, step // max(width, 1))
     for start in range(0, k, per_chunk):
         block = users[start:start + per_chunk]
         b = len(block)

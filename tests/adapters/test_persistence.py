@@ -258,3 +258,29 @@ def test_ids_of_subclasses_or_with_numpy_parts_are_saved_as_plain_values_or_refu
     algo.fold_in(Shop.A, {item: 4})
     with pytest.raises(TypeError, match=r"user ids include <Shop.A: 1> \(Shop\)"):
         algo.save(tmp_path / "m2.pt")
+
+
+def test_chunk_size_set_after_fitting_or_loading_is_the_one_used(surprise_model, sklearn_model, synthetic_df,
+                                                                 tmp_path, monkeypatch):
+    """A prediction-time setting: lowering it on a loaded model bounds memory (it was frozen at fit)."""
+    from mogp_surprise.core.posterior import MWGPPosterior
+
+    seen = []
+    original = MWGPPosterior.moments
+    monkeypatch.setattr(MWGPPosterior, "moments", lambda self, *a, **k: seen.append(1) or original(self, *a, **k))
+    surprise_model.save(tmp_path / "m.pt")
+    algo = MWGP.load(tmp_path / "m.pt")
+    testset = algo.trainset.build_testset()[:500]
+    want = algo.predict_dist(testset)
+    algo.chunk_size = 100
+    seen.clear()
+    got = algo.predict_dist(testset)
+    assert len(seen) == 5 and all(np.array_equal(g, w) for g, w in zip(got, want))
+    est = sklearn_model
+    X = synthetic_df[["user", "item"]].iloc[:300]
+    before = est.predict_dist(X)
+    est.set_params(chunk_size=64)
+    seen.clear()
+    after = est.predict_dist(X)
+    est.set_params(chunk_size=FAST.get("chunk_size", 65536))
+    assert len(seen) == 5 and all(np.array_equal(a, b) for a, b in zip(after, before))

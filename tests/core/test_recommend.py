@@ -164,3 +164,16 @@ def test_users_and_exclude_are_checked(posterior):
     with pytest.raises(ValueError, match="`exclude` must hold arrays of inner item indices"):
         top_n(posterior, np.array([0]), n=3, exclude=[np.array([1.5])])
     assert top_n(posterior, np.array([0]), n=3, exclude=[[]]).items.shape == (1, 3)
+
+
+def test_lists_beyond_memory_name_n_and_the_users(posterior, monkeypatch):
+    full = np.full
+
+    def limited(shape, *args, **kwargs):  # as if the machine had room for 100 entries
+        if int(np.prod(shape)) > 100:
+            raise MemoryError("Unable to allocate")
+        return full(shape, *args, **kwargs)
+
+    monkeypatch.setattr(np, "full", limited)
+    with pytest.raises(MemoryError, match=r"31 lists of 25 items \(n=1000000000\) need .* GiB for the result alone"):
+        top_n(posterior, np.arange(-1, N_USERS), n=10 ** 9)
