@@ -16,6 +16,8 @@ from ._common import check_not_twin, plain_id, store_lock
 
 #: each fitted adapter's who-rated-what graph, with the object it was built from (kept out of pickles and files)
 _GRAPHS: "weakref.WeakKeyDictionary[Any, tuple[Any, Any]]" = weakref.WeakKeyDictionary()
+
+
 def check_user_id(user: Any, what: str) -> Any:
     """``user`` as a plain id; ``ValueError`` for a missing one (None, NaN, ``pd.NA``, ``NaT``), which ``fit``
     refuses too: a service with a missing id would otherwise serve the cold-start answer without a word."""

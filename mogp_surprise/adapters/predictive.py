@@ -24,7 +24,7 @@ import pandas as pd
 from surprise import AlgoBase, Prediction
 from tqdm.auto import tqdm
 
-from ..core.errors import NotFittedError, check_bool
+from ..core.errors import NotFittedError
 from ._common import IdEncoder, encode_ids, inner_or_unknown, store_lock
 
 
@@ -147,8 +147,6 @@ class PredictiveAlgo(AlgoBase):
         -------
         (mean, var) : floats for scalar ids, else ndarrays of shape (n,)
         """
-        if include_noise is not True and include_noise is not False:
-            check_bool("include_noise", include_noise)
         uid, iid = (list(ids) if isinstance(ids, Iterator) else ids for ids in (uid, iid))  # a generator: its ids
         if iid is None:
             if isinstance(uid, pd.DataFrame):

@@ -11,7 +11,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.validation import check_is_fitted
 
-from ..core.errors import caller_stacklevel, check_bool
+from ..core.errors import caller_stacklevel
 from ..core.trainer import fit_mwgp
 from ._common import (PARAMS_DOC, HyperParamsMixin, IdEncoder, check_id_column, encode_ids, plain_id,
                       store_lock)
@@ -83,7 +83,6 @@ class MWGPRegressor(HyperParamsMixin, UserModelMixin, RegressorMixin, BaseEstima
         observed rating.
         """
         check_is_fitted(self, "posterior_")
-        check_bool("include_noise", include_noise)
         columns, names = _split_columns(X, expected=self.n_features_in_)
         self._check_names(names)
         index = np.stack([self._encode(enc, col) for enc, col in zip(self.encoders_, columns)], axis=1)

@@ -116,8 +116,7 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
         with store_lock(self):  # one state: not half way through a fold-in of another thread
             ts = self.trainset
             index, ratings = trainset_arrays(ts)
-            users = [plain_id(ts.to_raw_uid(u)) for u in range(ts.n_users)]
-            items = [plain_id(ts.to_raw_iid(i)) for i in range(ts.n_items)]
+            users, items = ([plain_id(v) for v in enc.classes_.tolist()] for enc in self._encoders())
             check_loadable_ids("user", users)
             check_loadable_ids("item", items)
             state = {"rating_scale": tuple(float(x) for x in ts.rating_scale), "raw_users": users,

@@ -349,19 +349,19 @@ class MWGPConfig:
         return resolve_device(self.device)
 
 
-def _check_device(device: Any) -> None:
-    """``ValueError`` unless ``device`` is 'auto', 'cpu', 'cuda', 'cuda:N' or a torch.device of the CPU or CUDA."""
+def _check_device(device: Any) -> str:
+    """``device``'s name if it is 'auto', 'cpu', 'cuda', 'cuda:N' or a torch.device of them; else ValueError."""
     name = str(device) if isinstance(device, torch.device) else device
     if not isinstance(name, str) or not (name in _DEVICES or re.fullmatch(r"(cuda|cpu):\d+", name)):
         raise ValueError(f"`device` must be one of {_DEVICES}, 'cuda:N' or a torch.device of the CPU or CUDA, "
                          f"got {device!r}")
+    return name
 
 
 def resolve_device(device: Any) -> torch.device:
     """The torch.device that ``device`` (a config's ``device``, or ``load``'s) names; 'cuda' without CUDA is an
     error that says what to use instead, 'auto' falls back to the CPU."""
-    _check_device(device)
-    name = str(device) if isinstance(device, torch.device) else device
+    name = _check_device(device)
     name = "cpu" if name.startswith("cpu:") else name  # torch.device("cpu", 0): the one CPU
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -373,8 +373,10 @@ def resolve_device(device: Any) -> torch.device:
 
 def resolve_dtype(dtype: Any) -> torch.dtype:
     """The floating torch dtype that ``dtype`` ("float32", "float64" or such a torch dtype) names."""
-    if (found := _DTYPES.get(dtype) if isinstance(dtype, str) else dtype if dtype in _DTYPES.values() else None):
-        return found
+    if isinstance(dtype, str) and dtype in _DTYPES:
+        return _DTYPES[dtype]
+    if isinstance(dtype, torch.dtype) and dtype in _DTYPES.values():
+        return dtype
     raise ValueError(f"`dtype` must be one of {tuple(_DTYPES)} or such a torch dtype, got {dtype!r}")
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 import numbers
 import os
 import sys
-from typing import Any
 
 import numpy as np
 
@@ -52,9 +51,9 @@ FLOAT32_RATINGS = 1e15
 
 
 def validate_training_data(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
-                           config: Any = None) -> None:
-    """Raise ``ValueError`` naming the problem if the training arrays are unusable (for ``config``, an
-    ``MWGPConfig``: ratings its dtype can hold)."""
+                           dtype: str = "float64") -> None:
+    """Raise ``ValueError`` naming the problem if the training arrays are unusable (for a model of ``dtype``:
+    ratings it can hold)."""
     if index.ndim != 2 or index.shape[1] != len(n_levels):
         raise ValueError(f"`index` must have shape (n, {len(n_levels)}), got {index.shape}")
     if ratings.ndim != 1 or ratings.shape[0] != index.shape[0]:
@@ -68,7 +67,7 @@ def validate_training_data(index: np.ndarray, ratings: np.ndarray, n_levels: tup
     if not np.issubdtype(ratings.dtype, np.number) or np.issubdtype(ratings.dtype, np.complexfloating):
         raise ValueError(f"ratings must be real numbers, got dtype {ratings.dtype}")
     check_finite_ratings(ratings)
-    if config is not None and config.dtype == "float32" and np.abs(ratings).max() > FLOAT32_RATINGS:
+    if dtype == "float32" and np.abs(ratings).max() > FLOAT32_RATINGS:
         raise ValueError(f"ratings as large as {np.abs(ratings).max():.3g} overflow a float32 model's variances "
                          f"(their squares); rescale them, or fit with dtype='float64'")
     for f, n in enumerate(n_levels):

@@ -16,7 +16,7 @@ from .checkpoint import Checkpointing
 from .calibration import centred_global_mean
 from .config import EARLY_STOPPING_MIN, MWGPConfig, seeded_generator
 from .distributed import DataParallel, touched_rows
-from .errors import NumericalError, caller_stacklevel, check_finite_ratings, validate_training_data
+from .errors import NumericalError, caller_stacklevel, validate_training_data
 from .initialization import initialise
 from .kernels import Workspace
 from .laplace import laplace_variances
@@ -83,7 +83,7 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
     if not isinstance(config, MWGPConfig):
         raise TypeError(f"`config` must be an MWGPConfig (e.g. MWGPConfig(**params)), got {type(config).__name__}")
     index, ratings = np.asarray(index), np.asarray(ratings)
-    validate_training_data(index, ratings, tuple(n_levels), config)
+    validate_training_data(index, ratings, tuple(n_levels), config.dtype)
     device, dtype = config.torch_device(), config.torch_dtype()
     started = time.perf_counter()
     gen = seeded_generator(config.random_state)

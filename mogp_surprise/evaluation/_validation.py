@@ -59,12 +59,14 @@ def as_1d(values: object, name: str) -> np.ndarray:
     """
     if isinstance(values, (str, bytes)):
         raise ValueError(f"`{name}` must be a 1-D array of numbers; got the string {_preview(values)}")
-    array = np.asarray(values) if isinstance(values, (np.ndarray, pd.Series)) else None
-    kind = array.dtype.kind if array is not None else "O"
-    elements = array.reshape(-1) if array is not None else values if isinstance(values, (list, tuple)) else ()
-    words = [v for v in elements if isinstance(v, (str, bytes, bool, np.bool_))][:1] if kind in "OUSb" else []
-    if words:  # numpy would read "4" and True as numbers
-        raise ValueError(f"`{name}` must hold numbers, not strings or bools; got {words[0]!r}")
+    if isinstance(values, (np.ndarray, pd.Series)):
+        array = np.asarray(values)
+        elements = array.reshape(-1) if array.dtype.kind in "OUSb" else ()
+    else:
+        elements = values if isinstance(values, (list, tuple)) else ()
+    word = next((v for v in elements if isinstance(v, (str, bytes, bool, np.bool_))), None)
+    if word is not None:  # numpy would read "4" and True as numbers
+        raise ValueError(f"`{name}` must hold numbers, not strings or bools; got {word!r}")
     try:
         arr = np.asarray(values, dtype=float)
     except (TypeError, ValueError) as exc:
