@@ -354,6 +354,11 @@ def test_cli_predict_prints_mean_std_and_interval(saved_model, capsys):
     assert capsys.readouterr().out.splitlines()[-1] == line
     assert main(["predict", "--model", str(saved_model), "--user=--5", "--item", "2"]) == 0  # no int twin
     assert "user --5 is not in the model (cold start)" in capsys.readouterr().out
+    for args in (["predict", "--user", "", "--item", "2"], ["recommend", "--user", " "], ["ask", "--user", ""],
+                 ["predict", "--user", "1", "--item", ""]):  # a missing argument, not a cold-start answer
+        assert main([*args, "--model", str(saved_model)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "an id must not be empty or blank, got '" in err[0]
 
 
 def test_the_printed_interval_stays_within_the_scale_at_both_ends(capsys):

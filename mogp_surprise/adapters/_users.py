@@ -12,10 +12,12 @@ import pandas as pd
 
 from ..core.errors import check_bool
 from ..core.posterior import MWGPPosterior
-from ._common import check_not_twin, plain_id, store_lock
+from ._common import check_not_twin, id_twin, plain_id, store_lock
+from .persistence import loadable_id
 
-#: each fitted adapter's who-rated-what graph, with the object it was built from (kept out of pickles and files)
-_GRAPHS: "weakref.WeakKeyDictionary[Any, tuple[Any, Any]]" = weakref.WeakKeyDictionary()
+#: each fitted adapter's who-rated-what graph, with the object it was built from and the (row, items) of the users
+#: stored since, to put in at its next use (kept out of pickles and files)
+_GRAPHS: "weakref.WeakKeyDictionary[Any, tuple[Any, Any, tuple]]" = weakref.WeakKeyDictionary()
 
 
 def check_user_id(user: Any, what: str) -> Any:
@@ -25,14 +27,16 @@ def check_user_id(user: Any, what: str) -> Any:
     missing = user is None or user is pd.NA or user is pd.NaT or (isinstance(user, float) and math.isnan(user))
     if missing or (isinstance(user, np.datetime64) and np.isnat(user)):
         raise ValueError(f"the user id {what} must not be None/NaN, as in the training data; got {user!r}")
+    if isinstance(user, float) and math.isinf(user):
+        raise ValueError(f"the user id {what} must not be infinite, as in the training data; got {user!r}")
     return user
 
 
 class UserModelMixin:
     """``recommend``, ``recommend_many``, ``fold_in`` and ``ask`` of both adapters, written once.
 
-    An adapter provides where its ids and ratings live: ``_user_codes`` / ``_item_codes`` (raw ids
-    -> inner indices, -1 unseen), ``_raw_items()`` (raw item id of every inner index),
+    An adapter provides where its ids and ratings live: ``_user_codes`` (raw ids -> inner indices, -1 unseen),
+    ``_item_encoder()`` (the items' :class:`~._common.IdEncoder`), ``_raw_items()`` (raw item id of every inner index),
     ``_known_ratings(user)`` (a known user's training (items, ratings); ratings None in model files
     written before fold-in existed), ``_item_counts()`` (training ratings per item), ``_rated_pairs()``
     ((users, items, n_users, n_items): who rated what, inner indices) with ``_rated_source()`` (the object
@@ -111,23 +115,44 @@ class UserModelMixin:
 
     def _fold_in(self, user: Any, ratings: Any):
         user = check_user_id(user, "to fold in")
+        self._check_storable(user)
         # one fold-in at a time: each reads the model and stores the user in it (threads of a service lost users
         # and put two in one row). The posterior first: until the id is stored, its new row is never read; if
         # storing fails, the posterior as it was (no row without an id)
         with store_lock(self):
             post, row, items, values = self._folded(user, ratings)
+            source, graph = self._rated_source(), _GRAPHS.get(self)
             before, self.posterior_ = self.posterior_, post
             try:
                 self._store_user(user, row, items, values)
             except BaseException:
                 self.posterior_ = before
                 raise
+            if graph is not None and graph[0] is source:  # who rated what follows the user at the next `ask`
+                _GRAPHS[self] = (self._rated_source(), graph[1], (*graph[2], (row, items)))
         return self
+
+    def _check_storable(self, user: Any) -> None:
+        """Refuse to store a new user whose id a model file cannot hold (``save`` would refuse the model from then
+        on, with every user folded in before) unless the fitted ids already hold such ids (the model is pickled)."""
+        if loadable_id(user):
+            return
+        self._user_item_posterior("fold-in")  # fitted, before its ids are read
+        if self._user_codes([user])[0] >= 0:
+            return
+        encoder = self._user_encoder()
+        storable = encoder.__dict__.get("_all_loadable")
+        if storable is None:
+            storable = encoder._all_loadable = all(map(loadable_id, encoder.classes_.tolist()))
+        if storable:
+            raise TypeError(f"cannot fold in the user {user!r} ({type(user).__name__}): a model file holds ids that "
+                            "are str, int, float, bool or tuples of them, so `save` would refuse this model and "
+                            "every user folded into it; convert the id (e.g. str())")
 
     def _user_ratings(self, user: Any, ratings: Any) -> tuple[int, np.ndarray, np.ndarray]:
         """The user's inner index (-1: new) and all their (items, ratings): a known user's training ratings
         with ``ratings`` on top (a new rating of an item replaces the old one), or a new user's ``ratings``."""
-        items, values = check_fold_ratings(ratings, self._item_codes, *self._rating_range())
+        items, values = check_fold_ratings(ratings, self._item_encoder().transform, *self._rating_range())
         encoder = self._user_encoder()
         if encoder.lookup(plain_id(user)) is None:  # before the encoding below warns about the twin it refuses
             check_not_twin(self._user_label, user, lambda twin: encoder.lookup(twin) is not None)
@@ -168,8 +193,15 @@ class UserModelMixin:
         cached = _GRAPHS.get(self)
         if cached is None or cached[0] is not source:
             users, items, n_users, n_items = self._rated_pairs()
-            cached = (source, RatingGraph.from_pairs(users, items, n_users, n_items))
-            _GRAPHS[self] = cached
+            cached = (source, RatingGraph.from_pairs(users, items, n_users, n_items), ())
+        elif cached[2]:  # users stored since it was built: their rows replaced (RatingGraph.with_user, not a sort)
+            graph = cached[1]
+            for row, items in cached[2]:
+                graph = graph.with_user(row, items)
+            cached = (source, graph, ())
+        else:
+            return cached[1]
+        _GRAPHS[self] = cached
         return cached[1]
 
     def _ask(self, user: Any, n: int, ratings: Any, candidates: Any, exclude: Any) -> pd.DataFrame:
@@ -203,11 +235,27 @@ class UserModelMixin:
 
     def _known_item_codes(self, name: str, raw: Any) -> np.ndarray:
         raw = _id_list(raw, f"`{name}` must be a list of item ids, got {raw!r}")
-        codes = self._item_codes(raw) if raw else np.empty(0, dtype=np.int64)
+        encode = self._item_encoder().transform
+        codes = encode(raw) if raw else np.empty(0, dtype=np.int64)
         unknown = [r for r, c in zip(raw, codes.tolist()) if c < 0]
         if unknown:
-            raise ValueError(f"`{name}` holds {len(unknown)} item id(s) not in the training data: {unknown[:5]}")
+            raise ValueError(f"`{name}` holds {len(unknown)} item id(s) not in the training data: {unknown[:5]}"
+                             f"{_twin_note(unknown, encode)}")
         return codes.astype(np.int64)
+
+
+def _twin_note(unknown: list, encode: Callable[[list], np.ndarray]) -> str:
+    """For unknown item ids, the first one that is a known id spelt with another type, named (196 for '196')."""
+    for raw in unknown[:_TWIN_CHECKS]:
+        twin = id_twin(raw)
+        if twin is not None and encode([twin])[0] >= 0:
+            return (f"; {raw!r} ({type(raw).__name__}) is not, but {twin!r} ({type(twin).__name__}) is: ids are "
+                    "matched by value and type, pass them as in training")
+    return ""
+
+
+#: unknown ids whose twin is looked for (the first ones)
+_TWIN_CHECKS = 100
 
 
 def _id_list(raw: Any, error: str) -> list:
@@ -234,8 +282,10 @@ def check_fold_ratings(ratings: Any, encode_items: Callable[[list], np.ndarray],
     """Validated (inner item indices, ratings) of the ratings one user gives to fold in.
 
     ``ratings``: a dict ``{item: rating}`` (any mapping, or a pandas Series indexed by item), an iterable of
-    ``(item, rating)`` pairs of raw item ids (or an (n, 2) array, or a DataFrame of two columns: item, rating); empty means no ratings (the user is the cold-start user). Unknown
-    item ids, repeated items, non-numeric, non-finite or out-of-range ratings raise ``ValueError`` naming them.
+    ``(item, rating)`` pairs of raw item ids (or an (n, 2) array, or a DataFrame of two columns: item, rating);
+    empty means no ratings (the user is the cold-start user). Unknown item ids (naming a known id of another
+    type: 196 for '196'), repeated items, non-numeric, non-finite or out-of-range ratings raise ``ValueError``
+    naming them.
     """
     if isinstance(ratings, (str, bytes)) or ratings is None:
         raise ValueError(f"`ratings` must be a dict {{item: rating}} or a sequence of (item, rating) pairs, "
@@ -267,8 +317,9 @@ def check_fold_ratings(ratings: Any, encode_items: Callable[[list], np.ndarray],
     items = encode_items(raw_items) if raw_items else np.empty(0, dtype=np.int64)
     unknown = [raw for raw, code in zip(raw_items, items.tolist()) if code < 0]
     if unknown:
-        raise ValueError(f"{len(unknown)} rated item id(s) are not in the training data: {unknown[:5]}. Fold-in "
-                         "learns a user from items the model knows; leave these out (or refit with them)")
+        raise ValueError(f"{len(unknown)} rated item id(s) are not in the training data: {unknown[:5]}"
+                         f"{_twin_note(unknown, encode_items)}. Fold-in learns a user from items the model knows; "
+                         "leave these out (or refit with them)")
     codes, counts = np.unique(items, return_counts=True)
     if (counts > 1).any():
         twice = set(codes[counts > 1].tolist())

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import warnings
 from typing import Any
 
 import numpy as np
 import torch
 
 from .._version import __version__
-from ..core.checkpoint import write_atomically
+from ..core.checkpoint import describe_unreadable, write_atomically
 from ..core.config import resolve_device
 from ..core.posterior import MWGPPosterior
 from ._common import ADDED_HYPER_PARAMS, plain_id
@@ -50,10 +51,10 @@ def _plain_hyper_params(params: dict[str, Any]) -> dict[str, Any]:
 _LOADABLE = (str, int, float, bool, bytes, complex, type(None))
 
 
-def _loadable_id(value: Any) -> bool:
+def loadable_id(value: Any) -> bool:
     """Whether a file holds ``value`` (a plain id, :func:`plain_id`) as it is: its exact type (an ``IntEnum`` is an
     int subclass the loader refuses), or a tuple of such."""
-    return type(value) in _LOADABLE or (type(value) is tuple and all(map(_loadable_id, value)))
+    return type(value) in _LOADABLE or (type(value) is tuple and all(map(loadable_id, value)))
 
 
 def check_loadable_ids(what: str, ids: Any) -> None:
@@ -61,7 +62,7 @@ def check_loadable_ids(what: str, ids: Any) -> None:
     ``datetime.date``, a ``Decimal``, a ``frozenset``: fit takes any hashable id, a tensors-only file does not):
     the file would be written, replace the one there, and never load."""
     for value in ids:
-        if not _loadable_id(value):
+        if not loadable_id(value):
             raise TypeError(f"cannot save a model whose {what} ids include {value!r} ({type(value).__name__}): a "
                             f"model file holds ids that are str, int, float, bool or tuples of them; convert the "
                             f"ids (e.g. str(), or a time column's .dt.strftime('%Y-%m')) and refit. Nothing was "
@@ -84,7 +85,7 @@ def save_model(estimator: Any, path: str | os.PathLike, state: dict[str, Any]) -
     names = getattr(estimator, "item_names_", None)
     if names is not None:  # optional display names of the items, e.g. movie titles
         # keys as the item ids are (int ids stay ints), str where a file could not hold them
-        payload["item_names"] = {(k if _loadable_id(k) else str(k)): str(v)
+        payload["item_names"] = {(k if loadable_id(k) else str(k)): str(v)
                                  for k, v in ((plain_id(k), v) for k, v in dict(names).items())}
     payload["checksum"] = checksum(payload)
     write_atomically(payload, path, "the model")
@@ -122,11 +123,14 @@ def checksum(payload: dict[str, Any]) -> str:
 def load_payload(path: str | os.PathLike, expected: str) -> dict[str, Any]:
     """Read and check a saved model file; raise ``ValueError`` on a foreign or incompatible file."""
     try:
-        payload = torch.load(os.fspath(path), map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's own warnings about a file that is not ours: the error says it
+            warnings.simplefilter("ignore")
+            payload = torch.load(os.fspath(path), map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise
     except Exception as exc:  # torch raises many types for a file that is not ours
-        raise ValueError(f"{os.fspath(path)!r} is not a mogp_surprise model file ({type(exc).__name__}: {exc})") from None
+        what = describe_unreadable(path, exc)
+        raise ValueError(f"{os.fspath(path)!r} is not a mogp_surprise model file ({what})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise ValueError(f"{os.fspath(path)!r} is not a mogp_surprise model file (no 'format': {FORMAT!r} entry)")
     version = payload.get("format_version")

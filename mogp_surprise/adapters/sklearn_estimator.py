@@ -1,6 +1,7 @@
 """MW-GP as a scikit-learn regressor over (user, item[, context]) id columns."""
 from __future__ import annotations
 
+import time
 import warnings
 from typing import Any
 
@@ -53,26 +54,31 @@ class MWGPRegressor(HyperParamsMixin, UserModelMixin, RegressorMixin, BaseEstima
 
     def fit(self, X: Any, y: Any) -> "MWGPRegressor":
         """Fit on id columns ``X`` of shape (n_ratings, n_factors >= 2) and ratings ``y`` of shape (n_ratings,)."""
+        started = time.perf_counter()
         config = self._config()
         columns, names = _split_columns(X, expected=None)
         y = _check_target(y, len(columns[0]))
-        self.n_features_in_ = len(columns)
         if names is not None:
-            self.feature_names_in_ = np.asarray(names, dtype=object)
             lower = [n.lower() for n in names]
             if "user" in lower and "item" in lower and lower.index("item") < lower.index("user"):
                 warnings.warn(f"X's columns are read by position: the first is the user, the second the item; here "
                               f"they are {names[:2]} (reorder them, e.g. X[['user', 'item']], if 'item' holds the "
                               "items)", UserWarning, stacklevel=caller_stacklevel())
-        elif hasattr(self, "feature_names_in_"):
-            del self.feature_names_in_
         fitted = [IdEncoder.fit(name, col) for name, col in zip(_labels(names, len(columns)), columns)]
-        self.encoders_ = [enc for enc, _ in fitted]
+        encoders = [enc for enc, _ in fitted]
         index = np.stack([codes for _, codes in fitted], axis=1)
-        result = fit_mwgp(index, y, tuple(enc.n_levels for enc in self.encoders_), config)
-        self._rated = _rated_items(index, y, self.encoders_[0].n_levels) if len(columns) == 2 else None
-        self.rating_range_ = (float(y.min()), float(y.max()))
-        self._store_fit(result)
+        result = fit_mwgp(index, y, tuple(enc.n_levels for enc in encoders), config)
+        rated = _rated_items(index, y, encoders[0].n_levels) if len(columns) == 2 else None
+        # the fitted state replaced whole, after the fit: a refit that fails (diverged, interrupted) leaves the model
+        # as it was, not the new ids with the old posterior (which served one user's answers to another)
+        with store_lock(self):
+            self.n_features_in_ = len(columns)
+            if names is not None:
+                self.feature_names_in_ = np.asarray(names, dtype=object)
+            elif hasattr(self, "feature_names_in_"):
+                del self.feature_names_in_
+            self.encoders_, self._rated, self.rating_range_ = encoders, rated, (float(y.min()), float(y.max()))
+            self._store_fit(result, started)
         return self
 
     def predict_dist(self, X: Any, include_noise: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -139,8 +145,8 @@ class MWGPRegressor(HyperParamsMixin, UserModelMixin, RegressorMixin, BaseEstima
     def _user_encoder(self) -> IdEncoder:
         return self.encoders_[0]
 
-    def _item_codes(self, raw: Any) -> np.ndarray:
-        return self._encode(self.encoders_[1], list(raw))
+    def _item_encoder(self) -> IdEncoder:
+        return self.encoders_[1]
 
     def _raw_items(self) -> np.ndarray:
         return self.encoders_[1].classes_.to_numpy()
@@ -177,7 +183,7 @@ class MWGPRegressor(HyperParamsMixin, UserModelMixin, RegressorMixin, BaseEstima
                        np.concatenate([rated_values[:lo], values, rated_values[hi:]]))
         users = self.encoders_[0]  # the id last: a reader finds the user's row and ratings once it finds the id
         if row >= users.n_levels:
-            self.encoders_[0] = IdEncoder(users.name, users.classes_.append(pd.Index([user], dtype=object)))
+            self.encoders_[0] = users.with_id(user)
 
     def save(self, path) -> None:
         """Save the fitted model (weights, id maps, hyper-parameters, versions) to ``path``."""

@@ -1,6 +1,7 @@
 """MW-GP as a Surprise prediction algorithm."""
 from __future__ import annotations
 
+import time
 from typing import Any, Sequence
 
 import numpy as np
@@ -11,6 +12,7 @@ from surprise import AlgoBase, Trainset
 from ..core.config import MWGPConfig
 from ..core.checkpoint import Checkpointing
 from ..core.distributed import DataParallel
+from ..core.errors import check_bool
 from ..core.trainer import fit_mwgp
 from ._common import PARAMS_DOC, HyperParamsMixin, check_id_column, plain_id, store_lock, trainset_arrays
 from ._users import UserModelMixin
@@ -41,7 +43,7 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
         Per epoch: minus (the minibatch ELBO averaged over the epoch + the log prior of embeddings,
         bilinear factors and biases at its end), per rating.
     fit_time_ : float
-        Seconds spent in ``fit``.
+        Seconds spent in ``fit``, reading the trainset included.
     chosen_params_ : dict
         What the final training run used: ``n_epochs`` (chosen by early stopping when it is on), ``lr`` and
         ``mf_reg`` (on small data chosen by early stopping's search, see ``MWGPConfig.search_space``).
@@ -87,8 +89,10 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
         if not isinstance(trainset, Trainset):
             raise TypeError(f"MWGP.fit expects a surprise Trainset (e.g. data.build_full_trainset() or a fold from "
                             f"a cross-validation iterator), got {type(trainset).__name__}")
+        started = time.perf_counter()
         config = self._config()
-        if resume and checkpoint is None:
+        check_bool("distributed", distributed)
+        if check_bool("resume", resume) and checkpoint is None:
             raise ValueError("resume=True needs the checkpoint file to resume from: pass checkpoint=PATH")
         check_id_column("user", np.array([trainset.to_raw_uid(u) for u in range(trainset.n_users)], dtype=object))
         check_id_column("item", np.array([trainset.to_raw_iid(i) for i in range(trainset.n_items)], dtype=object))
@@ -98,12 +102,13 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
             u, i = index[np.flatnonzero(bad)[0]]
             raise ValueError(f"ratings must be finite; {int(bad.sum())} are NaN/inf (first: user "
                              f"{trainset.to_raw_uid(int(u))!r}, item {trainset.to_raw_iid(int(i))!r})")
-        AlgoBase.fit(self, trainset)
         result = fit_mwgp(index, ratings, (trainset.n_users, trainset.n_items), config,
                           parallel=DataParallel.from_process_group() if distributed else None,
                           checkpointing=None if checkpoint is None else Checkpointing(checkpoint, checkpoint_every,
                                                                                       resume))
-        self._store_fit(result)
+        with store_lock(self):  # the trainset and its posterior after the fit: a failed refit keeps both as they were
+            AlgoBase.fit(self, trainset)
+            self._store_fit(result, started)
         return self
 
     # -- persistence ---------------------------------------------------------------------------------
@@ -247,8 +252,8 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
     def _user_encoder(self):
         return self._encoders()[0]
 
-    def _item_codes(self, raw: Sequence[Any]) -> np.ndarray:
-        return self._inner_ids("item", raw)
+    def _item_encoder(self):
+        return self._encoders()[1]
 
     def _raw_items(self) -> np.ndarray:
         return self._encoders()[1].classes_.to_numpy(dtype=object)
@@ -275,7 +280,11 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
         return users, items, ts.n_users, ts.n_items
 
     def _store_user(self, uid: Any, row: int, items: np.ndarray, values: np.ndarray) -> None:
-        self.trainset = _with_user_ratings(self.trainset, uid, row, items, values)
+        old, cached = self.trainset, self.__dict__.get("_id_encoders")
+        self.trainset = _with_user_ratings(old, uid, row, items, values)
+        if cached is not None and cached[0] is old:  # the id maps follow the trainset, not rebuilt id by id
+            users, item_ids = cached[1]
+            self._id_encoders = (self.trainset, (users.with_id(uid) if row >= users.n_levels else users, item_ids))
 
 
 def _with_user_ratings(ts: Trainset, uid: Any, row: int, items: np.ndarray, values: np.ndarray) -> Trainset:
@@ -297,7 +306,11 @@ def _with_user_ratings(ts: Trainset, uid: Any, row: int, items: np.ndarray, valu
     for i, r in ur[row]:
         ir[i] = [*ir.get(i, []), (row, r)]
     n_ratings = ts.n_ratings - len(old) + len(ur[row])
-    return Trainset(ur, ir, n_users, ts.n_items, n_ratings, ts.rating_scale, users, ts._raw2inner_id_items)
+    new = Trainset(ur, ir, n_users, ts.n_items, n_ratings, ts.rating_scale, users, ts._raw2inner_id_items)
+    new._inner2raw_id_items = ts._inner2raw_id_items  # (Surprise builds it at the first to_raw_iid, id by id)
+    if row < ts.n_users:  # the users' too; a new user's is built again when asked for (this code never does)
+        new._inner2raw_id_users = ts._inner2raw_id_users
+    return new
 
 
 def _rebuild_trainset(raw_users: list, raw_items: list, index: np.ndarray, ratings: np.ndarray,

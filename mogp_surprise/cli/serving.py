@@ -80,6 +80,8 @@ def _resolve(known, raw: str):
     same id as an int, else without surrounding spaces (as ``fit --ratings`` reads them)."""
     from ..adapters._common import id_twin
 
+    if not raw.strip():  # a ratings file has no empty ids (fit refuses them): an empty one is a missing argument
+        raise ValueError(f"an id must not be empty or blank, got {raw!r}")
     for candidate in dict.fromkeys((raw, raw.strip())):
         if candidate in known:
             return candidate

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,7 @@ import numpy as np
 import torch
 
 from .config import MWGPConfig
+from .errors import check_bool
 
 FORMAT, FORMAT_VERSION = "mogp_surprise-checkpoint", 2
 #: hyper-parameters that do not change the trained model and may differ on resume
@@ -58,7 +60,9 @@ class Checkpointing:
 
     def __post_init__(self) -> None:
         if isinstance(self.every, bool) or not isinstance(self.every, (int, np.integer)) or self.every < 1:
-            raise ValueError(f"`every` (epochs between checkpoints) must be an int >= 1, got {self.every!r}")
+            raise ValueError(f"the epochs between checkpoints (`checkpoint_every`) must be an int >= 1, got "
+                             f"{self.every!r}")
+        check_bool("resume", self.resume)
         check_file_path(self.path, "the checkpoint")
 
     def due(self, epoch: int, last: int) -> bool:
@@ -70,6 +74,8 @@ def check_file_path(path: str | os.PathLike, what: str) -> str:
     """``path`` as a string once it can name a file to write ``what`` to (e.g. "the model"): ``ValueError`` for
     a folder, ``FileNotFoundError`` for a folder that does not exist; checked before a fit, so that a long fit is
     not lost at its end."""
+    if isinstance(path, bool) or not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{what} must go to a file path (a str or path-like), got {path!r}")
     target = os.fspath(path)
     if os.path.isdir(target):
         raise ValueError(f"cannot save {what} to {target!r}: it is a folder; give a file name in it")
@@ -77,6 +83,25 @@ def check_file_path(path: str | os.PathLike, what: str) -> str:
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"cannot save {what} to {target!r}: the folder {folder!r} does not exist")
     return target
+
+
+def describe_unreadable(path: str | os.PathLike, exc: Exception) -> str:
+    """What a file that torch could not load (a model file, a checkpoint) is instead, in one line: torch's own message
+    runs to many lines and advises loading it with ``weights_only=False``, which runs any code a pickle holds."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError as err:
+        return f"{type(err).__name__}: {err}"
+    if head[:1] == b"\x80":
+        return ("it is a pickle, as pickle.dump and surprise.dump.dump write: read it with pickle.load or "
+                "surprise.dump.load, and only if you trust where it came from")
+    if head != b"PK\x03\x04":
+        return "not a zip archive, as `save` and checkpoints write"
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if "weights only load failed" in first.lower():
+        return "a torch file holding objects other than tensors and plain values"
+    return f"{type(exc).__name__}: {first.split('. ')[0]}"  # torch's advice after the first sentence left out
 
 
 def fingerprint(config: MWGPConfig, index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...]) -> dict:
@@ -121,9 +146,12 @@ def load(path: str | os.PathLike, expected: dict) -> dict[str, Any] | None:
     if not os.path.exists(path):
         return None
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's warnings about a foreign file: the error below says what it is
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # a truncated or foreign file: say which, never a stack trace
-        raise ValueError(f"{path} is not a readable mogp_surprise checkpoint ({exc})") from None
+        raise ValueError(f"{path} is not a readable mogp_surprise checkpoint ({describe_unreadable(path, exc)})") \
+            from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise ValueError(f"{path} is not a mogp_surprise checkpoint")
     if state.get("format_version") != FORMAT_VERSION:

@@ -173,7 +173,7 @@ class MWGPConfig:
         Weight of KL(q(v) || p(v)). 1.0 gives the correct ELBO; larger values regularise more
         (the paper's code implicitly used N / batch_size).
     init : {"pca", "random"}, default="pca"
-        Embedding initialisation: scaled truncated SVD of the centred rating matrix, or N(0, 0.1^2).
+        Embedding initialisation: scaled truncated SVD of the centred rating matrix, or N(0, 0.5^2).
     jitter : float, default=1e-5
         Added to the diagonal of K_mm (standardised units). Escalated x10 up to three times,
         with a warning, when a Cholesky factorisation fails.

@@ -169,6 +169,37 @@ class RatingGraph:
         item_indptr = np.concatenate([[0], np.cumsum(np.bincount(items, minlength=n_items))])
         return cls(int(n_users), int(n_items), indptr, items, users, item_indptr, users[by_item])
 
+    def with_user(self, row: int, items: np.ndarray) -> "RatingGraph":
+        """The graph in which user ``row`` rated exactly ``items`` (``row == n_users``: a new user), equal to
+        :meth:`from_pairs` of the changed pairs: by copies of the arrays with the row's entries taken out and
+        put in, not a sort of every entry (a fold-in at 200,000 users: some 0.6 s of the next ``ask``)."""
+        if not 0 <= row <= self.n_users:
+            raise ValueError(f"`row` must lie in [0, {self.n_users}], got {row}")
+        items = sorted_distinct(np.asarray(items, dtype=np.int64))
+        old = self.items[self.indptr[row]:self.indptr[row + 1]] if row < self.n_users else items[:0]
+        counts = np.diff(self.indptr) if row < self.n_users else np.append(np.diff(self.indptr), 0)
+        counts[row] = items.size
+        lo, hi = (self.indptr[row], self.indptr[row + 1]) if row < self.n_users else (self.items.size,) * 2
+        joined_items = np.concatenate([self.items[:lo], items, self.items[hi:]])
+        entry_user = np.concatenate([self.entry_user[:lo], np.full(items.size, row, np.int64), self.entry_user[hi:]])
+        # by item (users ascending within each item): the row's old entries out, then its new ones in
+        degree = self.item_degree.copy()
+        pieces = np.split(self.item_users, self._places(self.item_indptr, self.item_users, old, row))
+        item_users = np.concatenate([pieces[0], *(p[1:] for p in pieces[1:])])  # (np.delete: 3x slower)
+        degree[old] -= 1
+        item_indptr = np.concatenate([[0], np.cumsum(degree)])
+        pieces = np.split(item_users, self._places(item_indptr, item_users, items, row))
+        item_users = np.concatenate([pieces[0], *(q for p in pieces[1:] for q in (np.array([row]), p))])
+        degree[items] += 1
+        return RatingGraph(max(self.n_users, row + 1), self.n_items, np.concatenate([[0], np.cumsum(counts)]),
+                           joined_items, entry_user, np.concatenate([[0], np.cumsum(degree)]), item_users)
+
+    @staticmethod
+    def _places(item_indptr: np.ndarray, item_users: np.ndarray, items: np.ndarray, user: int) -> np.ndarray:
+        """Where ``user`` is, or goes, in each of ``items``' sorted segments of ``item_users``."""
+        return np.array([item_indptr[j] + np.searchsorted(item_users[item_indptr[j]:item_indptr[j + 1]], user)
+                         for j in items.tolist()], dtype=np.int64)
+
     @property
     def item_degree(self) -> np.ndarray:
         return np.diff(self.item_indptr)

@@ -24,7 +24,7 @@ from .model import MWGPModule
 from .predictive import catalogue_moments, predictive_moments
 from .sampling import catalogue_draw, weight_sampler
 from .serving import pair_predictor
-from .state import FittedTable, FittedTerm, FoldedUser, PosteriorState, check_folded_users
+from .state import FittedTable, FittedTerm, FoldedUser, PosteriorState, check_folded_users, map_reusing
 
 
 class MWGPPosterior:
@@ -239,7 +239,11 @@ class MWGPPosterior:
             self.n_levels[0], dtype=torch.bool, device=self.device)
         cold = put(old_cold, [int(u.n_ratings) == 0 for u in users])
         # the GP and the unseen levels' populations are unchanged: their kernel expectations too (1.2 ms on ML-1M)
-        return MWGPPosterior(replace(self.state, terms=terms, cold_users=cold), _psi=self.psi)
+        post = MWGPPosterior(replace(self.state, terms=terms, cold_users=cold), _psi=self.psi)
+        memo = self.__dict__.get("_float64", self.__dict__.get("_float64_of"))
+        if memo is not None:  # its pair path converts only the tables that changed (pair_path)
+            post._float64_of = memo
+        return post
 
     # -- prediction -----------------------------------------------------------------------------------------
     def predict(self, index: np.ndarray, include_noise: bool = True,
@@ -305,7 +309,10 @@ class MWGPPosterior:
         """:meth:`predict_pair`'s path (a :class:`~.serving.PairPredictor`, built once); None if a term needs torch."""
         predictor = self.__dict__.get("_pair_predictor", False)
         if predictor is False:  # in float64 whatever the posterior's dtype (module docstring of .serving)
-            exact = self if self.dtype == torch.float64 else self.to(device="cpu", dtype=torch.float64)
+            exact = self
+            if self.dtype != torch.float64:  # a fold-in's posterior converts only what it changed (state.map_reusing)
+                state, self._float64 = map_reusing(self.state, _cpu_float64, self.__dict__.pop("_float64_of", None))
+                exact = MWGPPosterior(state)
             predictor = self._pair_predictor = pair_predictor(exact.state, exact.psi, exact._standardised_one)
         return predictor
 
@@ -382,3 +389,7 @@ def _available(name: str) -> torch.device:
     if device.type == "cuda" and torch.cuda.is_available() and (device.index or 0) < torch.cuda.device_count():
         return device
     return torch.device("cpu")
+
+
+def _cpu_float64(t: Tensor) -> Tensor:
+    return t.to(device="cpu", dtype=torch.float64 if t.is_floating_point() else t.dtype)

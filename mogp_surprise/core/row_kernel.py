@@ -11,6 +11,7 @@ pass, and 7.64 -> 7.51 ms on a quieter day from the first loop (docs/history.md)
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 
@@ -18,13 +19,26 @@ import numba
 import numpy as np
 
 
+
+@contextlib.contextmanager
+def _threads(threads: int):
+    """numba's thread count for one kernel call (at most ``threads``), the calling thread's own restored after it:
+    code of the user's that runs numba keeps the count it set."""
+    before = numba.get_num_threads()
+    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+    try:
+        yield
+    finally:
+        numba.set_num_threads(before)
+
+
 def row_adam(param: np.ndarray, state: np.ndarray, rows: np.ndarray, grad: np.ndarray, t: int,
              decay: float | np.ndarray, beta1: float, beta2: float, eps: float, step_size: float, threads: int) -> None:
     """:func:`_row_adam` on at most ``threads`` threads (the caller's torch thread count); ``decay``: one value, or
     one per column (a table that packs several, :meth:`~.model.MWGPModule.pack_tables`)."""
-    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
     decay = np.broadcast_to(np.asarray(decay, dtype=np.float64), (param.shape[1],))
-    _row_adam(param, state, rows, grad, float(t), np.ascontiguousarray(decay), beta1, beta2, eps, step_size)
+    with _threads(threads):
+        _row_adam(param, state, rows, grad, float(t), np.ascontiguousarray(decay), beta1, beta2, eps, step_size)
 
 
 @numba.njit(cache=True, parallel=True)
@@ -66,8 +80,9 @@ def row_adam_offset_kl(param: np.ndarray, state: np.ndarray, rows: np.ndarray, g
                        threads: int) -> tuple[float, float]:
     """:func:`_row_adam_offset_kl` on at most ``threads`` threads; returns the change of sum(mu^2 + v) and of
     sum(log v) over the rows it updated."""
-    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
-    return _row_adam_offset_kl(param, state, rows, grad, float(t), cumulative, inv_n, beta1, beta2, eps, step_size)
+    with _threads(threads):
+        return _row_adam_offset_kl(param, state, rows, grad, float(t), cumulative, inv_n, beta1, beta2, eps,
+                                   step_size)
 
 
 @numba.njit(cache=True, parallel=True)
@@ -103,9 +118,9 @@ def csr_product(crow: np.ndarray, col: np.ndarray, values: np.ndarray, dense: np
                 threads: int, scale: float = 1.0, rows: np.ndarray | None = None) -> None:
     """``out = scale * A @ dense`` for a CSR matrix A (``crow``, ``col``, ``values``) on at most ``threads``
     threads; only the output rows ``rows`` (distinct) where given, the others left as they are."""
-    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
     rows = np.arange(out.shape[0]) if rows is None else rows
-    _csr_product(crow, col, values, dense, out, values.dtype.type(scale), rows)
+    with _threads(threads):
+        _csr_product(crow, col, values, dense, out, values.dtype.type(scale), rows)
 
 
 @numba.njit(cache=True, parallel=True)
@@ -130,9 +145,9 @@ def csr_transposed_product(crow: np.ndarray, col: np.ndarray, values: np.ndarray
     """``out = scale * B^T @ dense`` for a CSR matrix B (``crow``, ``col``, ``values``; B's rows are
     ``dense``'s)."""
     threads = max(1, min(threads, numba.config.NUMBA_NUM_THREADS))
-    numba.set_num_threads(threads)
-    _csr_transposed_product(crow, col, values, dense, out, _parts((threads, *out.shape), out.dtype),
-                            values.dtype.type(scale))
+    with _threads(threads):
+        _csr_transposed_product(crow, col, values, dense, out, _parts((threads, *out.shape), out.dtype),
+                                values.dtype.type(scale))
 
 
 _KEPT = threading.local()  # per calling thread: two fits in threads of one process never share a buffer
@@ -185,8 +200,8 @@ def _csr_transposed_product(crow, col, values, dense, out, parts, scale):  # pra
 
 def add_into_rows(table: np.ndarray, rows: np.ndarray, values: np.ndarray, threads: int) -> None:
     """``table[rows] += values`` for distinct ``rows`` (2-d), on at most ``threads`` threads."""
-    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
-    _add_into_rows(table, rows, values)
+    with _threads(threads):
+        _add_into_rows(table, rows, values)
 
 
 @numba.njit(cache=True, parallel=True)
@@ -214,9 +229,9 @@ def sparse_neighbours(item_crow, item_users, item_values, user_crow, user_items,
     norm). An item's row is summed over its raters' rows in a dense scratch: sum_u n_u^2 multiply-adds, where the
     sparse products take ratings x items."""
     threads = max(1, min(threads, numba.config.NUMBA_NUM_THREADS))
-    numba.set_num_threads(threads)
-    _sparse_neighbours(item_crow, item_users, item_values, user_crow, user_items, user_values, norms, shrink, out,
-                       4 * threads)
+    with _threads(threads):
+        _sparse_neighbours(item_crow, item_users, item_values, user_crow, user_items, user_values, norms, shrink,
+                           out, 4 * threads)
 
 
 @numba.njit(cache=True, parallel=True)

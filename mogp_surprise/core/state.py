@@ -64,6 +64,26 @@ class FittedTerm:
         return FittedTerm(self.term, tables, {k: fn(v) for k, v in self.extras.items()})
 
 
+#: tensors already mapped: the id of a tensor -> (the tensor, the result)
+Mapped = dict[int, tuple[Tensor, Tensor]]
+
+
+def map_reusing(state: "PosteriorState", fn: Callable[[Tensor], Tensor],
+                done: Mapped | None) -> tuple["PosteriorState", Mapped]:
+    """``state.map(fn)``, reusing ``done`` for the tensors it holds, with the same record of this map for the states
+    derived from ``state``: a posterior with a folded-in user shares every tensor but the user tables with the one
+    it came from, so its float64 copy converts those alone (at 200,000 users the whole copy took some 40 ms of the
+    first request after each fold-in)."""
+    done, record = done or {}, {}
+
+    def reuse(t: Tensor) -> Tensor:
+        hit = done.get(id(t))
+        out = hit[1] if hit is not None and hit[0] is t else fn(t)
+        record[id(t)] = (t, out)
+        return out
+    return state.map(reuse), record
+
+
 @dataclass
 class PosteriorState:
     """What a fitted MW-GP posterior is (module docstring); standardised units but for the rating scale."""

@@ -112,6 +112,10 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
         saver = _Saver(checkpointing, ckpt.fingerprint(config, index, ratings, tuple(n_levels)),
                        parallel is None or parallel.is_main)
     resumed = saver.resume() if saver is not None else None
+    if resumed is not None and "initial_generator" in resumed:  # the internal split drawn as before the break
+        gen.set_state(resumed["initial_generator"])  # (random_state=None or a Generator: another seed now)
+    if saver is not None:
+        saver.initial_generator = gen.get_state()
     common = dict(n_levels=n_levels, config=config, gen=gen, batch=batch, device=device, parallel=parallel,
                   saver=saver, shared={})
 
@@ -337,6 +341,7 @@ class _Saver:
 
     def __init__(self, checkpointing: Checkpointing, fingerprint: dict, writes: bool) -> None:
         self.checkpointing, self.fingerprint, self.writes = checkpointing, fingerprint, writes
+        self.initial_generator: torch.Tensor | None = None  # the generator's state at the start of the fit
 
     def resume(self) -> dict | None:
         if not self.checkpointing.resume:
@@ -354,7 +359,8 @@ class _Saver:
             "fingerprint": self.fingerprint, **phase, "epoch": epoch,
             "module": {k: v.detach().cpu() for k, v in module.state_dict().items()},
             "optimizer": optimizer.state_dict(),
-            "generator": gen.get_state(), "order": order.cpu(), "history": list(run.history),
+            "generator": gen.get_state(), "initial_generator": self.initial_generator, "order": order.cpu(),
+            "history": list(run.history),
             "epoch_times": list(run.epoch_times), "validation_run": list(run.validation),
             "noise_rows_run": run.noise_rows and [t if t is None else t.cpu() for t in run.noise_rows]})
 

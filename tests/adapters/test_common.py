@@ -44,6 +44,22 @@ def test_id_encoder_matches_by_value_and_type_in_order_of_appearance():
     assert IdEncoder("user", [7, 2**70]).transform([2**70, 7]).tolist() == [1, 0]  # ints beyond int64
 
 
+@pytest.mark.parametrize("ids, added", [([5, 3], 7), ([5, 3], "x"), (["a", "b"], "c"), (["a", "b"], 7),
+                                        ([5, "a"], 9), ([5, "a"], ("t", 1)), ([5, 3], 2**70), ([5, 3], True)])
+def test_an_id_added_by_a_fold_in_is_encoded_as_one_fitted_with_it(ids, added):
+    """``with_id`` (a folded-in user) gives the encoder of the ids with the new one last, without rebuilding its
+    maps id by id: the same classes, dtype and codes for a few ids (dict lookups) and for many (the index)."""
+    before = IdEncoder("user", ids)
+    before.lookup(ids[0])  # the lookup table is built, then copied
+    after = before.with_id(added)
+    expected = IdEncoder("user", [*ids, added])
+    assert after.classes_.tolist() == [*ids, added] and after.classes_.dtype == expected.classes_.dtype
+    asks = [*ids, added, "zz", 99]
+    assert [after.transform([a]).tolist() for a in asks] == [expected.transform([a]).tolist() for a in asks]
+    assert after.transform(asks * 20).tolist() == expected.transform(asks * 20).tolist() == [0, 1, 2, -1, -1] * 20
+    assert before.n_levels == 2 and before.lookup(added) is None and before.transform(asks * 20)[2] == -1
+
+
 def test_a_few_ids_are_looked_up_as_the_index_finds_them(monkeypatch):
     """Lists of a few ids (one user's recommend, fold-in, ask) take dict lookups: the same codes as the index
     for known ids, and for ids equal to a known one with another type (1.0, True, numpy ints) or unseen."""

@@ -202,6 +202,48 @@ def test_folding_in_an_id_whose_twin_is_known_is_refused():
                     refused(copy.deepcopy(model))
 
 
+def test_an_item_id_of_the_other_type_is_refused_naming_the_one_known():
+    """Rated items or candidates given as 5 where the model knows "5" (or the reverse): one error that names the
+    known spelling, not a warning of a cold-start answer first."""
+    import warnings
+
+    df = _int_id_data()
+    algo = MWGP(**PARAMS).fit(to_surprise_dataset(df, rating_scale=(1, 5)).build_full_trainset())
+    est = MWGPRegressor(**PARAMS).fit(df[["user", "item"]], df["rating"])
+    for model in (algo, est):
+        for refused in (lambda m: m.fold_in("new", {"5": 4.0}), lambda m: m.recommend("new", ratings={"5": 4.0}),
+                        lambda m: m.ask("new", n=2, candidates=[7, "5"])):
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                with pytest.raises(ValueError, match=r"not in the training data: \['5'\]; '5' \(str\) is not, but 5 "
+                                                     r"\(int\) is: ids are matched by value and type"):
+                    refused(copy.deepcopy(model))
+
+
+@pytest.mark.parametrize("adapter", ["algo", "est"])
+def test_a_user_id_a_file_cannot_hold_or_an_infinite_one_is_not_folded_in(adapter, request, tmp_path):
+    """A ``datetime.date`` user folded in would make every later ``save`` fail (and lose the users folded in
+    with it); an infinite id is refused as ``fit`` refuses it. A model fitted on such ids folds them in (pickled)."""
+    import datetime
+
+    model = copy.deepcopy(request.getfixturevalue(adapter))
+    model.fold_in("alice", {"i1": 5.0})
+    with pytest.raises(TypeError, match=r"cannot fold in the user datetime.date\(2020, 1, 1\) \(date\): a model "
+                                        r"file holds ids that are str, int, float, bool or tuples of them"):
+        model.fold_in(datetime.date(2020, 1, 1), {"i1": 4.0})
+    for refused in (lambda: model.fold_in(float("inf"), {"i1": 4.0}), lambda: model.recommend(-float("inf"))):
+        with pytest.raises(ValueError, match="must not be infinite, as in the training data; got (-)?inf"):
+            refused()
+    model.save(tmp_path / "m.pt")
+    assert type(model).load(tmp_path / "m.pt").recommend("alice", n=3)["item"].tolist() == \
+        model.recommend("alice", n=3)["item"].tolist()
+    days = [datetime.date(2020, 1, 1 + k % 20) for k in range(400)]
+    X = pd.DataFrame({"user": days, "item": [k % 7 for k in range(400)]})
+    dated = MWGPRegressor(**PARAMS).fit(X, [1 + k % 5 for k in range(400)])
+    dated.fold_in(datetime.date(2021, 5, 5), {3: 4.0})
+    assert dated.recommend(datetime.date(2021, 5, 5), n=2)["item"].tolist()
+
+
 def test_a_regressor_pickled_before_fold_in_existed_still_recommends():
     import pickle
 
@@ -306,3 +348,38 @@ def test_ratings_as_an_array_of_pairs_or_a_two_column_frame_fold_in_as_pairs(alg
         pd.testing.assert_frame_equal(algo.recommend("array-user", n=4, ratings=given), want)
     with pytest.raises(ValueError, match=r"`ratings` as a DataFrame must have two columns.*\['user', 'item', "):
         algo.recommend("array-user", n=4, ratings=frame.assign(user="x")[["user", "item", "rating"]])
+
+
+@pytest.mark.parametrize("adapter", ["algo", "est"])
+def test_what_a_fold_in_changes_follows_it_without_being_rebuilt(adapter, request):
+    """The id maps, who-rated-what (``ask``'s graph, at its next use) and the float64 copy behind ``predict``
+    follow each fold-in (a new user, a known user re-folded, a new user of another id type): the same as built
+    from scratch, and what the fold-in left unchanged is not copied."""
+    from mogp_surprise.adapters import _users
+    from mogp_surprise.core.elicit import RatingGraph
+
+    model = copy.deepcopy(request.getfixturevalue(adapter))
+    users = model._user_encoder()
+    model.ask("u20", n=2)
+    model.posterior_.predict_pair((0, 0))  # the float64 copy behind predict
+    items = model.posterior_.state.term("gp_input").tables["embedding_1"].values
+    items_float64 = model.posterior_._float64[id(items)][1]
+    for user, ratings in (("new-a", {"i1": 5.0, "i2": 2.0}), ("u20", {"i3": 1.0}), (12345, {"i4": 4.0})):
+        model.fold_in(user, ratings)
+        assert len(_users._GRAPHS[model][2]) == 1  # put in at the next use, not at the fold-in
+        graph = model._rating_graph()
+        expected = RatingGraph.from_pairs(*model._rated_pairs())
+        for name in ("indptr", "items", "entry_user", "item_indptr", "item_users"):
+            np.testing.assert_array_equal(getattr(graph, name), getattr(expected, name), err_msg=name)
+        encoder = model._user_encoder()
+        assert encoder is not users and encoder.classes_.tolist() == [*users.classes_.tolist(), "new-a", 12345][
+            :users.n_levels + 1 + (user == 12345)]
+        assert model._user_codes([user]).tolist() == [encoder.classes_.tolist().index(user)]
+        assert model.ask(user, n=2)["item"].tolist() == model.ask(user, n=2)["item"].tolist()
+    model.posterior_.predict_pair((0, 0))
+    assert model.posterior_._float64[id(items)][1] is items_float64  # three fold-ins later, not converted again
+    if adapter == "algo":  # Surprise's own maps of the trainset too
+        ts = model.trainset
+        assert ts.to_raw_uid(ts.n_users - 1) == 12345 and ts.to_inner_uid("new-a") == ts.n_users - 2
+        model._id_encoders = None  # rebuilt from the trainset: the same
+        assert model._user_encoder().classes_.tolist() == encoder.classes_.tolist()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -160,10 +161,23 @@ def test_saving_to_a_folder_or_into_a_missing_folder_is_a_clear_error_and_a_fail
     assert (tmp_path / "m.pt").read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["m.pt"]
 
 
-def test_foreign_and_missing_files(tmp_path):
+def test_foreign_and_missing_files(tmp_path, surprise_model, recwarn):
+    """One line saying what the file is instead, and no torch warning, for a text file, a pickle of the model
+    (``pickle.dump``, ``surprise.dump``: read back with them), a torch file of other objects, a damaged zip."""
     (tmp_path / "junk.pt").write_bytes(b"not a model")
-    with pytest.raises(ValueError, match="not a mogp_surprise model file"):
-        MWGP.load(tmp_path / "junk.pt")
+    (tmp_path / "torn.pt").write_bytes(b"PK\x03\x04 not a zip after all")
+    pickle.dump(surprise_model, (tmp_path / "algo.pkl").open("wb"))
+    dump.dump(str(tmp_path / "dumped"), algo=surprise_model)
+    torch.save({"model": object()}, tmp_path / "objects.pt")
+    for name, what in [("junk.pt", "not a zip archive, as `save` and checkpoints write"),
+                       ("algo.pkl", "it is a pickle, as pickle.dump and surprise.dump.dump write: read it with "
+                                    "pickle.load or surprise.dump.load, and only if you trust"),
+                       ("dumped", "it is a pickle"), ("objects.pt", "a torch file holding objects other than tensors"),
+                       ("torn.pt", r"RuntimeError: PytorchStreamReader failed reading zip archive: [^.()]+\)$")]:
+        with pytest.raises(ValueError, match="not a mogp_surprise model file") as err:
+            MWGP.load(tmp_path / name)
+        assert re.search(what, str(err.value)) and "\n" not in str(err.value) and "weights_only" not in str(err.value)
+    assert not [w for w in recwarn if "torch" in str(w.filename)]
     with pytest.raises(FileNotFoundError):
         MWGP.load(tmp_path / "missing.pt")
 
@@ -204,11 +218,10 @@ def test_loading_onto_a_device_this_machine_lacks_is_a_clear_error(surprise_mode
 
 
 
-def test_ids_a_file_cannot_hold_are_refused_before_anything_is_written(synthetic_df, surprise_model, tmp_path):
+def test_ids_a_file_cannot_hold_are_refused_before_anything_is_written(synthetic_df, tmp_path):
     """fit takes any hashable id; a model file (tensors and plain values) does not: a time-bin column of
-    Timestamps, a fold-in of a datetime.date user. Before the check, save wrote a file that never loaded,
-    replacing the good one."""
-    import copy
+    Timestamps, datetime.date users. Before the check, save wrote a file that never loaded, replacing the good
+    one."""
     import datetime
 
     import pandas as pd
@@ -222,11 +235,11 @@ def test_ids_a_file_cannot_hold_are_refused_before_anything_is_written(synthetic
                                         r".*\(Timestamp\).*Nothing was written"):
         est.save(path)
     assert path.read_bytes() == b"the file that was there"
-    algo = copy.deepcopy(surprise_model)
-    item = algo.trainset.to_raw_iid(0)
-    algo.fold_in(datetime.date(2024, 5, 1), {item: 4})
-    with pytest.raises(TypeError, match=r"user ids include datetime.date\(2024, 5, 1\) \(date\)"):
-        algo.save(tmp_path / "m.pt")
+    days = df["user"].map(lambda u: datetime.date(2024, 1, 1) + datetime.timedelta(days=int(u.lstrip("u"))))
+    dated = MWGPRegressor(**{**FAST, "n_epochs": 1}).fit(df[["user", "item"]].assign(user=days), df["rating"])
+    dated.fold_in(datetime.date(2025, 5, 1), {df["item"].iloc[0]: 4})  # (fold-in refuses one in a savable model)
+    with pytest.raises(TypeError, match=r"user ids include datetime.date\(2024, .*\) \(date\)"):
+        dated.save(tmp_path / "m.pt")
     assert not (tmp_path / "m.pt").exists()
 
 
@@ -240,8 +253,8 @@ def test_item_names_keep_their_keys_through_a_file(surprise_model, tmp_path):
 
 
 def test_ids_of_subclasses_or_with_numpy_parts_are_saved_as_plain_values_or_refused(surprise_model, tmp_path):
-    """An IntEnum is an int the loader refuses (refused before writing); a tuple id with a numpy part is
-    saved as plain values, equal to it."""
+    """An IntEnum is an int the loader refuses (not folded in); a tuple id with a numpy part is saved as plain
+    values, equal to it."""
     import copy
     import enum
 
@@ -255,9 +268,10 @@ def test_ids_of_subclasses_or_with_numpy_parts_are_saved_as_plain_values_or_refu
     loaded = MWGP.load(tmp_path / "m.pt")
     got, want = loaded.predict(("shop", 1.5), item), algo.predict(("shop", np.float64(1.5)), item)
     assert not got.details["unknown_user"] and (got.est, got.details["var"]) == (want.est, want.details["var"])
-    algo.fold_in(Shop.A, {item: 4})
-    with pytest.raises(TypeError, match=r"user ids include <Shop.A: 1> \(Shop\)"):
-        algo.save(tmp_path / "m2.pt")
+    with pytest.raises(TypeError, match=r"cannot fold in the user <Shop.A: 1> \(Shop\): a model file holds ids"):
+        algo.fold_in(Shop.A, {item: 4})  # save would refuse it, and with it every user folded in
+    algo.save(tmp_path / "m2.pt")
+    assert MWGP.load(tmp_path / "m2.pt").predict(("shop", 1.5), item) == got
 
 
 def test_chunk_size_set_after_fitting_or_loading_is_the_one_used(surprise_model, sklearn_model, synthetic_df,

@@ -113,7 +113,8 @@ def test_ask_on_both_adapters(fitted_pair, synthetic_df):
         assert len(q) == 4 and q["gain"].is_monotonic_decreasing and (q["gain"] > 0).all()
         users = algo.trainset.n_users
         np.testing.assert_allclose(q["answer_prob"], np.minimum(counts[q["item"]].to_numpy() / users, 1))
-        mean, var = model.posterior_.predict(np.array([[-1, model._item_codes([i])[0]] for i in q["item"]]))
+        items = model._item_encoder().transform(list(q["item"]))
+        mean, var = model.posterior_.predict(np.stack([np.full(len(items), -1), items], 1))
         np.testing.assert_allclose(q["mean"], mean, rtol=1e-6)  # a new user without answers: the cold start
         # answers so far are folded in for the call; they are never asked again, and the model is not changed
         before = model.posterior_

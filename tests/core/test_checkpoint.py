@@ -97,6 +97,28 @@ def test_a_resumed_fit_equals_an_uninterrupted_one(tmp_path, monkeypatch, data, 
     assert not same_posterior(whole, fit_mwgp(*data, config(**changes, random_state=1)))
 
 
+@pytest.mark.parametrize("seed", [None, "generator"])
+def test_a_fit_without_a_fixed_seed_resumes_on_the_split_it_began_with(tmp_path, monkeypatch, data, seed):
+    """Early stopping's internal split of a fit seeded afresh (``random_state=None``, or a numpy Generator whose
+    state moved on) is drawn again as before the break: the settings tried before and after it are scored on one
+    split, and no rating the interrupted run trained on is held out."""
+    splits = []
+    original = trainer.validation_split
+
+    def spy(*args):
+        held, kept = original(*args)
+        splits.append(held.sort().values.tolist())
+        return held, kept
+    monkeypatch.setattr(trainer, "validation_split", spy)
+    rng = np.random.default_rng(0)
+    cfg = config(early_stopping=True, batch_size="auto", random_state=None if seed is None else rng)
+    resumed = interrupted_and_resumed(monkeypatch, data, cfg, tmp_path / "fit.ckpt", saves=6)
+    assert len(splits) == 2 and splits[0] == splits[1]
+    assert len(resumed.searched) == 4
+    fit_mwgp(*data, cfg)  # a fresh fit draws another split: the one above was no coincidence
+    assert splits[2] != splits[0]
+
+
 def test_checkpoints_every_k_epochs_and_after_the_last(tmp_path, monkeypatch, data):
     epochs = []
     original = trainer._Saver.save
@@ -163,11 +185,24 @@ def test_a_file_that_is_not_a_checkpoint_is_named(tmp_path, data):
     with pytest.raises(ValueError, match="is not a mogp_surprise checkpoint"):
         fit_mwgp(*data, config(), checkpointing=Checkpointing(path, resume=True))
     path.write_bytes(b"garbage")
-    with pytest.raises(ValueError, match="not a readable mogp_surprise checkpoint"):
+    with pytest.raises(ValueError, match=r"not a readable mogp_surprise checkpoint \(not a zip archive, as `save` and "
+                                         r"checkpoints write\)$"):
+        fit_mwgp(*data, config(), checkpointing=Checkpointing(path, resume=True))
+    path.write_bytes(b"PK\x03\x04 torn")  # torch's own message ends in advice and a code: "(101)"
+    with pytest.raises(ValueError, match=r"checkpoint \(RuntimeError: PytorchStreamReader failed reading zip archive: "
+                                         r"[^.()]+\)$"):
         fit_mwgp(*data, config(), checkpointing=Checkpointing(path, resume=True))
 
 
 @pytest.mark.parametrize("every", [0, -1, 1.5, True])
 def test_checkpoint_interval_is_checked(every):
-    with pytest.raises(ValueError, match="every"):
+    with pytest.raises(ValueError, match=r"the epochs between checkpoints \(`checkpoint_every`\) must be an int >= 1"):
         Checkpointing("x.pt", every=every)
+
+
+@pytest.mark.parametrize("path, resume, error", [
+    (True, False, r"the checkpoint must go to a file path \(a str or path-like\), got True"),
+    (3, False, "got 3"), ("c.pt", "no", "`resume` must be True or False, got 'no'")])
+def test_a_checkpoint_path_or_resume_of_another_type_is_named(path, resume, error):
+    with pytest.raises((TypeError, ValueError), match=error):
+        Checkpointing(path, resume=resume)

@@ -117,6 +117,36 @@ def _graph() -> RatingGraph:
     return RatingGraph.from_pairs(users, items, 4, 5)
 
 
+@pytest.mark.parametrize("row, items", [(4, [3, 0, 4, 3]), (4, []), (0, [4, 1]), (0, []), (3, [0, 1, 2, 3, 4])])
+def test_a_user_replaced_or_added_gives_the_graph_built_from_the_changed_pairs(row, items):
+    users, rated = np.array([0, 0, 0, 0, 1, 1, 2, 2, 3]), np.array([0, 1, 2, 0, 0, 1, 2, 3, 3])
+    keep = users != row
+    expected = RatingGraph.from_pairs(np.concatenate([users[keep], np.full(len(items), row)]),
+                                      np.concatenate([rated[keep], items]).astype(np.int64), max(4, row + 1), 5)
+    got = _graph().with_user(row, np.array(items, dtype=np.int64))
+    assert (got.n_users, got.n_items) == (expected.n_users, expected.n_items)
+    for name in ("indptr", "items", "entry_user", "item_indptr", "item_users"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(expected, name), err_msg=name)
+    with pytest.raises(ValueError, match=r"`row` must lie in \[0, 4\], got 6"):
+        _graph().with_user(6, np.array([0]))
+
+
+def test_many_users_replaced_one_after_another_keep_the_graph_built_from_scratch():
+    rng = np.random.default_rng(0)
+    users, items = rng.integers(0, 50, 600), rng.integers(0, 30, 600)
+    graph, pairs = RatingGraph.from_pairs(users, items, 50, 30), {u: set() for u in range(50)}
+    for u, i in zip(users.tolist(), items.tolist()):
+        pairs[u].add(i)
+    for step in range(40):
+        row = int(rng.integers(0, graph.n_users + 1))
+        pairs[row] = set(rng.choice(30, int(rng.integers(0, 12)), replace=True).tolist())
+        graph = graph.with_user(row, np.array(sorted(pairs[row]), dtype=np.int64))
+    flat = [(u, i) for u, rated in pairs.items() for i in rated]
+    expected = RatingGraph.from_pairs(np.array([u for u, _ in flat]), np.array([i for _, i in flat]), len(pairs), 30)
+    for name in ("indptr", "items", "entry_user", "item_indptr", "item_users"):
+        np.testing.assert_array_equal(getattr(graph, name), getattr(expected, name), err_msg=name)
+
+
 def test_without_answers_the_chance_of_an_answer_is_the_items_popularity():
     np.testing.assert_allclose(answer_probability(_graph(), np.array([], dtype=np.int64)),
                                [2 / 4, 2 / 4, 2 / 4, 2 / 4, 0.0])

@@ -126,6 +126,24 @@ def test_folded_in_users_with_and_without_ratings(default_fit) -> None:
     assert extended.predict_pair((n + 1, 4)) == extended.predict_pair((-1, 4))
 
 
+def test_a_float32_posterior_with_folded_in_users_converts_only_what_changed(default_fit) -> None:
+    """After a fold-in, the float64 copy behind the pair path reuses the unchanged tensors of the copy of the
+    posterior it came from, and serves every pair exactly as a copy converted whole."""
+    post = default_fit[0].posterior
+    post.predict_pair((0, 0))  # the float64 copy is made
+    user = fold_in(post, np.array([0, 3, 5]), np.array([5.0, 1.0, 4.0]))
+    for derived in (post.with_extra_users([user]), post.with_replaced_users([2], [user])):
+        fresh = MWGPPosterior(derived.state)  # the same posterior, its copy made whole
+        index = _every_index(derived.n_levels) + [(derived.n_levels[0] - 1, 4)]
+        for noise in (True, False):
+            assert [derived.predict_pair(ix, noise) for ix in index] == [fresh.predict_pair(ix, noise) for ix in index]
+        reused = {id(t) for t, _ in post._float64.values()} & {id(t) for t, _ in derived._float64.values()}
+        items = derived.state.term("gp_input").tables["embedding_1"].values
+        assert id(items) in reused and post._float64[id(items)][1] is derived._float64[id(items)][1]
+        users = derived.state.term("gp_input").tables["embedding_0"].values
+        assert id(users) not in reused and "_float64_of" not in derived.__dict__
+
+
 @pytest.mark.parametrize("options", [
     {"levels": (7, 6), "use_biases": True},  # the paper's model
     {"levels": (7, 6, 4), "use_biases": True, "heteroscedastic": True, "mf_rank": 2},  # three factors
