@@ -112,10 +112,12 @@ class IdEncoder:
     def transform(self, values: Sequence[Any] | np.ndarray) -> np.ndarray:
         if isinstance(values, (list, tuple)) and len(values) <= FEW_IDS:  # e.g. one user's recommend: dict lookups
             codes = [self.lookup(value) for value in values]
-            # a str or int equal to no known id is unseen, as the index would find (whose table, built again for each
-            # encoder with a folded-in user, took some 5 ms at 200,000 users)
-            codes = [-1 if code is None and type(value) in (str, int) and self._table()[0].get(value) is None
-                     else code for code, value in zip(codes, values)]
+            if None in codes and type(self.classes_) is pd.Index and self.classes_.dtype.kind in "iuO":
+                # a str or int equal to no known id is unseen, as a plain index of ints, strings or objects finds
+                # (a DatetimeIndex or PeriodIndex parses strings), without its hash table (built again for each
+                # encoder with a folded-in user: some 5 ms at 200,000 users)
+                codes = [-1 if code is None and type(value) in (str, int) and self._table()[0].get(value) is None
+                         else code for code, value in zip(codes, values)]
             if None not in codes:
                 return np.array(codes, dtype=np.int64)
         try:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,23 +84,26 @@ def check_file_path(path: str | os.PathLike, what: str) -> str:
     return target
 
 
-def describe_unreadable(path: str | os.PathLike, exc: Exception) -> str:
-    """What a file that torch could not load (a model file, a checkpoint) is instead, in one line: torch's own message
-    runs to many lines and advises loading it with ``weights_only=False``, which runs any code a pickle holds."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4)
-    except OSError as err:
-        return f"{type(err).__name__}: {err}"
+def not_an_archive(path: str | os.PathLike) -> str | None:
+    """Why the file at ``path`` cannot be a model file or a checkpoint (both are the zip archives ``torch.save``
+    writes), in one line; None for a zip archive. Read before ``torch.load``, which for such a file warns and then
+    fails with many lines advising ``weights_only=False``, which runs any code a pickle holds."""
+    with open(path, "rb") as f:
+        head = f.read(4)
     if head[:1] == b"\x80":
-        return ("it is a pickle, as pickle.dump and surprise.dump.dump write: read it with pickle.load or "
-                "surprise.dump.load, and only if you trust where it came from")
+        return ("it is a pickle, as pickle.dump, surprise.dump.dump, joblib.dump or an old torch.save write: read it "
+                "with the tool that wrote it, and only if you trust where it came from")
     if head != b"PK\x03\x04":
         return "not a zip archive, as `save` and checkpoints write"
+    return None
+
+
+def load_error(exc: Exception) -> str:
+    """torch's error for a zip archive it could not load, in one line (its advice after the first sentence out)."""
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     if "weights only load failed" in first.lower():
         return "a torch file holding objects other than tensors and plain values"
-    return f"{type(exc).__name__}: {first.split('. ')[0]}"  # torch's advice after the first sentence left out
+    return f"{type(exc).__name__}: {first.split('. ')[0]}"
 
 
 def fingerprint(config: MWGPConfig, index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...]) -> dict:
@@ -145,13 +147,13 @@ def load(path: str | os.PathLike, expected: dict) -> dict[str, Any] | None:
     path = os.fspath(path)
     if not os.path.exists(path):
         return None
+    reason = not_an_archive(path)
+    if reason is not None:
+        raise ValueError(f"{path} is not a readable mogp_surprise checkpoint ({reason})")
     try:
-        with warnings.catch_warnings():  # torch's warnings about a foreign file: the error below says what it is
-            warnings.simplefilter("ignore")
-            state = torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # a truncated or foreign file: say which, never a stack trace
-        raise ValueError(f"{path} is not a readable mogp_surprise checkpoint ({describe_unreadable(path, exc)})") \
-            from None
+        raise ValueError(f"{path} is not a readable mogp_surprise checkpoint ({load_error(exc)})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise ValueError(f"{path} is not a mogp_surprise checkpoint")
     if state.get("format_version") != FORMAT_VERSION:

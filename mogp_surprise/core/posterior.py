@@ -24,7 +24,8 @@ from .model import MWGPModule
 from .predictive import catalogue_moments, predictive_moments
 from .sampling import catalogue_draw, weight_sampler
 from .serving import pair_predictor
-from .state import FittedTable, FittedTerm, FoldedUser, PosteriorState, check_folded_users, map_reusing
+from .state import (FittedTable, FittedTerm, FoldedUser, PosteriorState, check_folded_users, map_reusing,
+                    shared_part)
 
 
 class MWGPPosterior:
@@ -242,7 +243,7 @@ class MWGPPosterior:
         post = MWGPPosterior(replace(self.state, terms=terms, cold_users=cold), _psi=self.psi)
         memo = self.__dict__.get("_float64", self.__dict__.get("_float64_of"))
         if memo is not None:  # its pair path converts only the tables that changed (pair_path)
-            post._float64_of = memo
+            post._float64_of = shared_part(memo, post.state)
         return post
 
     # -- prediction -----------------------------------------------------------------------------------------

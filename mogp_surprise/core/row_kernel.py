@@ -19,7 +19,6 @@ import numba
 import numpy as np
 
 
-
 @contextlib.contextmanager
 def _threads(threads: int):
     """numba's thread count for one kernel call (at most ``threads``), the calling thread's own restored after it:

@@ -71,9 +71,10 @@ Mapped = dict[int, tuple[Tensor, Tensor]]
 def map_reusing(state: "PosteriorState", fn: Callable[[Tensor], Tensor],
                 done: Mapped | None) -> tuple["PosteriorState", Mapped]:
     """``state.map(fn)``, reusing ``done`` for the tensors it holds, with the same record of this map for the states
-    derived from ``state``: a posterior with a folded-in user shares every tensor but the user tables with the one
-    it came from, so its float64 copy converts those alone (at 200,000 users the whole copy took some 40 ms of the
-    first request after each fold-in)."""
+    derived from ``state``: a posterior with a folded-in user shares every tensor with the one it came from but those
+    the fold-in replaced (the user tables; with the neighbourhood term, its graph of a re-folded user), so its
+    float64 copy converts those alone (at 200,000 users the whole copy took some 40 ms of the first request after
+    each fold-in)."""
     done, record = done or {}, {}
 
     def reuse(t: Tensor) -> Tensor:
@@ -82,6 +83,14 @@ def map_reusing(state: "PosteriorState", fn: Callable[[Tensor], Tensor],
         record[id(t)] = (t, out)
         return out
     return state.map(reuse), record
+
+
+def shared_part(record: Mapped, state: "PosteriorState") -> Mapped:
+    """The entries of a :func:`map_reusing` record for the tensors ``state`` holds: what a posterior derived by a
+    fold-in can reuse (the replaced tables' entries dropped, so that no old table is kept alive through it)."""
+    held: set[int] = set()
+    state.map(lambda t: held.add(id(t)) or t)
+    return {key: entry for key, entry in record.items() if key in held}
 
 
 @dataclass

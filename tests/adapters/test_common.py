@@ -60,6 +60,16 @@ def test_an_id_added_by_a_fold_in_is_encoded_as_one_fitted_with_it(ids, added):
     assert before.n_levels == 2 and before.lookup(added) is None and before.transform(asks * 20)[2] == -1
 
 
+@pytest.mark.parametrize("ids, asked", [(list(pd.to_datetime(["2020-01-01", "2020-01-02"])), "2020-01-02"),
+                                        (list(pd.period_range("2020-01", periods=2, freq="M")), "2020-02"),
+                                        ([5, "a"], "b"), ([5, 7], 8), (["a", "b"], "c")])
+def test_one_id_is_encoded_as_in_a_long_list(ids, asked):
+    """A few ids take dict lookups, and an unseen str or int skips the index: the code of each id is the one it
+    gets among many (the index), also where the index parses strings (times, periods)."""
+    encoder = IdEncoder("user", ids)
+    assert encoder.transform([asked]).tolist() == encoder.transform([asked] * 20).tolist()[:1]
+
+
 def test_a_few_ids_are_looked_up_as_the_index_finds_them(monkeypatch):
     """Lists of a few ids (one user's recommend, fold-in, ask) take dict lookups: the same codes as the index
     for known ids, and for ids equal to a known one with another type (1.0, True, numpy ints) or unseen."""

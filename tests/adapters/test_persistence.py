@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pickle
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -164,20 +165,22 @@ def test_saving_to_a_folder_or_into_a_missing_folder_is_a_clear_error_and_a_fail
 def test_foreign_and_missing_files(tmp_path, surprise_model, recwarn):
     """One line saying what the file is instead, and no torch warning, for a text file, a pickle of the model
     (``pickle.dump``, ``surprise.dump``: read back with them), a torch file of other objects, a damaged zip."""
+    filters = list(warnings.filters)
     (tmp_path / "junk.pt").write_bytes(b"not a model")
     (tmp_path / "torn.pt").write_bytes(b"PK\x03\x04 not a zip after all")
     pickle.dump(surprise_model, (tmp_path / "algo.pkl").open("wb"))
     dump.dump(str(tmp_path / "dumped"), algo=surprise_model)
     torch.save({"model": object()}, tmp_path / "objects.pt")
     for name, what in [("junk.pt", "not a zip archive, as `save` and checkpoints write"),
-                       ("algo.pkl", "it is a pickle, as pickle.dump and surprise.dump.dump write: read it with "
-                                    "pickle.load or surprise.dump.load, and only if you trust"),
+                       ("algo.pkl", "it is a pickle, as pickle.dump, surprise.dump.dump, joblib.dump or an old "
+                                    "torch.save write: read it with the tool that wrote it, and only if you trust"),
                        ("dumped", "it is a pickle"), ("objects.pt", "a torch file holding objects other than tensors"),
                        ("torn.pt", r"RuntimeError: PytorchStreamReader failed reading zip archive: [^.()]+\)$")]:
         with pytest.raises(ValueError, match="not a mogp_surprise model file") as err:
             MWGP.load(tmp_path / name)
         assert re.search(what, str(err.value)) and "\n" not in str(err.value) and "weights_only" not in str(err.value)
     assert not [w for w in recwarn if "torch" in str(w.filename)]
+    assert warnings.filters == filters  # (warnings.catch_warnings is process-wide: never used around a load)
     with pytest.raises(FileNotFoundError):
         MWGP.load(tmp_path / "missing.pt")
 

@@ -391,25 +391,3 @@ def test_packed_tables_train_as_separate_tables_and_resume_exactly(kernel, monke
     np.testing.assert_allclose(packed.loss_history, separate.loss_history, rtol=1e-5)
     for a, b in zip(packed.posterior.predict(index), separate.posterior.predict(index)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
-
-
-@pytest.mark.skipif(optim.row_kernel() is None, reason=NO_NUMBA)
-def test_the_kernels_leave_the_callers_numba_thread_count_as_it_was():
-    """Each kernel runs on torch's thread count and restores numba's of the calling thread after it (a fit set it
-    to torch's for good: the user's own numba code then ran on another count)."""
-    import numba
-
-    from mogp_surprise.core import row_kernel
-
-    before = numba.get_num_threads()
-    try:
-        numba.set_num_threads(1)
-        table, rows = np.zeros((5, 3)), np.array([0, 3])
-        row_kernel.add_into_rows(table, rows, np.ones((2, 3)), threads=2)
-        crow, col, values = np.array([0, 1, 2]), np.array([1, 0]), np.ones(2)
-        out = np.zeros((2, 3))
-        row_kernel.csr_product(crow, col, values, np.arange(6.0).reshape(2, 3), out, threads=2)
-        assert numba.get_num_threads() == 1
-        assert table[[0, 3]].tolist() == [[1.0] * 3] * 2 and out.tolist() == [[3.0, 4.0, 5.0], [0.0, 1.0, 2.0]]
-    finally:
-        numba.set_num_threads(before)

@@ -132,7 +132,11 @@ def test_a_float32_posterior_with_folded_in_users_converts_only_what_changed(def
     post = default_fit[0].posterior
     post.predict_pair((0, 0))  # the float64 copy is made
     user = fold_in(post, np.array([0, 3, 5]), np.array([5.0, 1.0, 4.0]))
+    old_users = post.state.term("gp_input").tables["embedding_0"].values
     for derived in (post.with_extra_users([user]), post.with_replaced_users([2], [user])):
+        # what it may reuse: the tensors it shares (the replaced user tables' entries dropped, not kept alive)
+        assert id(old_users) in post._float64 and id(old_users) not in derived._float64_of
+        assert len(derived._float64_of) > 0
         fresh = MWGPPosterior(derived.state)  # the same posterior, its copy made whole
         index = _every_index(derived.n_levels) + [(derived.n_levels[0] - 1, 4)]
         for noise in (True, False):
