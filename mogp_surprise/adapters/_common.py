@@ -33,7 +33,11 @@ class HyperParamsMixin:
     Validation happens in ``fit`` (:meth:`_config`).
     """
 
-    def __init__(self, **params: Any) -> None:
+    def __init__(self, *args: Any, **params: Any) -> None:
+        if args:  # (Python's own error names this mixin, not the class the user called)
+            raise TypeError(f"{type(self).__name__} takes its hyper-parameters by name, e.g. "
+                            f"{type(self).__name__}(latent_dim=8); got {len(args)} positional argument(s): "
+                            f"{reprlib.repr(args)}")
         unknown = sorted(set(params) - set(MWGPConfig.names()))
         if unknown:
             raise TypeError(f"{type(self).__name__} got unexpected keyword argument(s) {unknown}; "

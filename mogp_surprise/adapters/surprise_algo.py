@@ -56,8 +56,8 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
 
     _fitted_attr = "posterior_"
 
-    def __init__(self, **params: Any) -> None:
-        HyperParamsMixin.__init__(self, **params)
+    def __init__(self, *args: Any, **params: Any) -> None:
+        HyperParamsMixin.__init__(self, *args, **params)
         AlgoBase.__init__(self)
 
     __init__.__signature__ = HyperParamsMixin.__init__.__signature__  # type: ignore[attr-defined]

@@ -25,6 +25,13 @@ def test_hyper_parameters_are_the_config_fields_stored_unchanged():
         obj._config()
     with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) \['n_inducng'\]"):
         HyperParamsMixin(n_inducng=3)
+    from mogp_surprise import MWGP, MWGPRegressor
+
+    for cls in (MWGP, MWGPRegressor):  # the class called, not the mixin, and how to pass them
+        with pytest.raises(TypeError, match=rf"^{cls.__name__} takes its hyper-parameters by name, e.g. "
+                                            rf"{cls.__name__}\(latent_dim=8\); got 1 positional argument\(s\): "
+                                            r"\(3,\)$"):
+            cls(3)
 
 
 def test_id_encoder_matches_by_value_and_type_in_order_of_appearance():
