@@ -236,8 +236,8 @@ def check_id_column(name: str, values: np.ndarray) -> None:
     if strings and len(strings) < len(distinct):  # a mix of str and other ids: fine unless two spell the same id
         present = set(distinct.tolist())
         for value in strings:
-            twin = id_twin(value)
-            if twin is not None and twin in present:
+            twin = known_twin(value, present.__contains__)
+            if twin is not None:
                 warnings.warn(f"id column {name!r} holds both {twin!r} and {value!r}; ids are matched by value and "
                               "type, so these are two different levels. Convert the ids to one type (e.g. "
                               "with str()) if they mean the same one.", UserWarning, stacklevel=caller_stacklevel())
@@ -263,10 +263,16 @@ def store_lock(adapter: Any) -> threading.Lock:
         return _STORE_LOCKS.setdefault(adapter, threading.Lock())
 
 
+def known_twin(value: Any, known: Callable[[Any], bool]) -> Any:
+    """The same id spelt with the other type (:func:`id_twin`) where ``known`` knows it, else None."""
+    twin = id_twin(value)
+    return twin if twin is not None and known(twin) else None
+
+
 def check_not_twin(name: str, value: Any, known: Callable[[Any], bool]) -> None:
     """Refuse to add ``value`` as a new id when the same id with the other type is known (196 vs "196")."""
-    twin = id_twin(value)
-    if twin is not None and known(twin):
+    twin = known_twin(value, known)
+    if twin is not None:
         raise ValueError(f"{name} id {value!r} ({type(value).__name__}) is not in the model, but {twin!r} "
                          f"({type(twin).__name__}) is; ids are matched by value and type. Pass {twin!r} for that "
                          f"{name} (a new {name} {value!r} would be a second, separate {name})")
@@ -323,9 +329,9 @@ def warn_id_twins(owner: Any, name: str, values: Sequence[Any], codes: np.ndarra
         if key in seen:
             continue
         seen.add(key)
-        twin = id_twin(value)
-        if twin is not None and known(twin):
-            n_twins = int(sum(1 for p in unknown if (t := id_twin(values[p])) is not None and known(t)))
+        twin = known_twin(value, known)
+        if twin is not None:
+            n_twins = int(sum(1 for p in unknown if known_twin(values[p], known) is not None))
             warnings.warn(
                 f"{name} id {plain_id(value)!r} ({type(value).__name__}) is not in the training data, but {twin!r} "
                 f"({type(twin).__name__}) is: ids are matched by value and type (ids read from text, as in "

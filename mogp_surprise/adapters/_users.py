@@ -12,7 +12,7 @@ import pandas as pd
 
 from ..core.errors import check_bool
 from ..core.posterior import MWGPPosterior
-from ._common import check_not_twin, id_twin, plain_id, store_lock
+from ._common import check_not_twin, known_twin, plain_id, store_lock
 from .persistence import loadable_id
 
 #: each fitted adapter's who-rated-what graph, with the object it was built from and the (row, items) of the users
@@ -253,8 +253,8 @@ class UserModelMixin:
 def _twin_note(unknown: list, encode: Callable[[list], np.ndarray]) -> str:
     """For unknown item ids, the first one that is a known id spelt with another type, named (196 for '196')."""
     for raw in unknown[:_TWIN_CHECKS]:
-        twin = id_twin(raw)
-        if twin is not None and encode([twin])[0] >= 0:
+        twin = known_twin(raw, lambda twin: encode([twin])[0] >= 0)
+        if twin is not None:
             return (f"; {raw!r} ({type(raw).__name__}) is not, but {twin!r} ({type(twin).__name__}) is: ids are "
                     "matched by value and type, pass them as in training")
     return ""

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from .._version import __version__
-from ..core.checkpoint import load_error, not_an_archive, write_atomically
+from ..core.checkpoint import read_archive, write_atomically
 from ..core.config import resolve_device
 from ..core.posterior import MWGPPosterior
 from ._common import ADDED_HYPER_PARAMS, plain_id
@@ -121,13 +121,7 @@ def checksum(payload: dict[str, Any]) -> str:
 
 def load_payload(path: str | os.PathLike, expected: str) -> dict[str, Any]:
     """Read and check a saved model file; raise ``ValueError`` on a foreign or incompatible file."""
-    reason = not_an_archive(path)  # (FileNotFoundError for a missing file)
-    if reason is not None:
-        raise ValueError(f"{os.fspath(path)!r} is not a mogp_surprise model file ({reason})")
-    try:
-        payload = torch.load(os.fspath(path), map_location="cpu", weights_only=True)
-    except Exception as exc:  # torch raises many types for a file that is not ours
-        raise ValueError(f"{os.fspath(path)!r} is not a mogp_surprise model file ({load_error(exc)})") from None
+    payload = read_archive(os.fspath(path), f"{os.fspath(path)!r} is not a mogp_surprise model file")
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise ValueError(f"{os.fspath(path)!r} is not a mogp_surprise model file (no 'format': {FORMAT!r} entry)")
     version = payload.get("format_version")

@@ -78,15 +78,15 @@ def fit_command(args: argparse.Namespace) -> int:
 def _resolve(known, raw: str):
     """A raw id from the command line as the model knows it (``known``: its IdEncoder): the string, else the
     same id as an int, else without surrounding spaces (as ``fit --ratings`` reads them)."""
-    from ..adapters._common import id_twin
+    from ..adapters._common import known_twin
 
     if not raw.strip():  # a ratings file has no empty ids (fit refuses them): an empty one is a missing argument
         raise ValueError(f"an id must not be empty or blank, got {raw!r}")
     for candidate in dict.fromkeys((raw, raw.strip())):
         if candidate in known:
             return candidate
-        twin = id_twin(candidate)
-        if twin is not None and twin in known:
+        twin = known_twin(candidate, known.__contains__)
+        if twin is not None:
             return twin
     return raw
 

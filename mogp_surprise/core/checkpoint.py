@@ -84,26 +84,26 @@ def check_file_path(path: str | os.PathLike, what: str) -> str:
     return target
 
 
-def not_an_archive(path: str | os.PathLike) -> str | None:
-    """Why the file at ``path`` cannot be a model file or a checkpoint (both are the zip archives ``torch.save``
-    writes), in one line; None for a zip archive. Read before ``torch.load``, which for such a file warns and then
-    fails with many lines advising ``weights_only=False``, which runs any code a pickle holds."""
+def read_archive(path: str, not_readable: str) -> Any:
+    """``torch.load`` (weights only) of a model file or checkpoint, both the zip archives ``torch.save`` writes;
+    ``ValueError(f"{not_readable} (why)")`` in one line for any other file. The first bytes are read before torch,
+    which for a pickle warns and then fails with many lines advising ``weights_only=False`` (that runs any code a
+    pickle holds); ``FileNotFoundError`` for a missing file."""
     with open(path, "rb") as f:
         head = f.read(4)
     if head[:1] == b"\x80":
-        return ("it is a pickle, as pickle.dump, surprise.dump.dump, joblib.dump or an old torch.save write: read it "
-                "with the tool that wrote it, and only if you trust where it came from")
+        raise ValueError(f"{not_readable} (it is a pickle, as pickle.dump, surprise.dump.dump, joblib.dump or an old "
+                         "torch.save write: read it with the tool that wrote it, and only if you trust where it came "
+                         "from)")
     if head != b"PK\x03\x04":
-        return "not a zip archive, as `save` and checkpoints write"
-    return None
-
-
-def load_error(exc: Exception) -> str:
-    """torch's error for a zip archive it could not load, in one line (its advice after the first sentence out)."""
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    if "weights only load failed" in first.lower():
-        return "a torch file holding objects other than tensors and plain values"
-    return f"{type(exc).__name__}: {first.split('. ')[0]}"
+        raise ValueError(f"{not_readable} (not a zip archive, as `save` and checkpoints write)")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # a truncated archive, or one of other objects: say which, never a stack trace
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        why = ("a torch file holding objects other than tensors and plain values"
+               if "weights only load failed" in first.lower() else f"{type(exc).__name__}: {first.split('. ')[0]}")
+        raise ValueError(f"{not_readable} ({why})") from None
 
 
 def fingerprint(config: MWGPConfig, index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...]) -> dict:
@@ -147,13 +147,7 @@ def load(path: str | os.PathLike, expected: dict) -> dict[str, Any] | None:
     path = os.fspath(path)
     if not os.path.exists(path):
         return None
-    reason = not_an_archive(path)
-    if reason is not None:
-        raise ValueError(f"{path} is not a readable mogp_surprise checkpoint ({reason})")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # a truncated or foreign file: say which, never a stack trace
-        raise ValueError(f"{path} is not a readable mogp_surprise checkpoint ({load_error(exc)})") from None
+    state = read_archive(path, f"{path} is not a readable mogp_surprise checkpoint")
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise ValueError(f"{path} is not a mogp_surprise checkpoint")
     if state.get("format_version") != FORMAT_VERSION:

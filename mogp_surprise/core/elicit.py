@@ -176,10 +176,10 @@ class RatingGraph:
         if not 0 <= row <= self.n_users:
             raise ValueError(f"`row` must lie in [0, {self.n_users}], got {row}")
         items = sorted_distinct(np.asarray(items, dtype=np.int64))
-        old = self.items[self.indptr[row]:self.indptr[row + 1]] if row < self.n_users else items[:0]
-        counts = np.diff(self.indptr) if row < self.n_users else np.append(np.diff(self.indptr), 0)
+        indptr = np.append(self.indptr, self.indptr[-1]) if row == self.n_users else self.indptr  # a new, empty row
+        lo, hi = indptr[row], indptr[row + 1]
+        old, counts = self.items[lo:hi], np.diff(indptr)
         counts[row] = items.size
-        lo, hi = (self.indptr[row], self.indptr[row + 1]) if row < self.n_users else (self.items.size,) * 2
         joined_items = np.concatenate([self.items[:lo], items, self.items[hi:]])
         entry_user = np.concatenate([self.entry_user[:lo], np.full(items.size, row, np.int64), self.entry_user[hi:]])
         # by item (users ascending within each item): the row's old entries out, then its new ones in
