@@ -9,7 +9,8 @@ call, 2,000 calls for a pair, 200 for a list, seeded random known users and item
 the median and the 99th percentile. Surprise ``SVD``'s ``predict`` on the same pairs is the
 reference. ``recommend(uid, n=10)`` ranks the whole catalogue for a known user (mean strategy, and
 LCB); "fold-in 10 + recommend" is ``recommend(new_uid, n=10, ratings={10 items})``: the new user's
-posterior inferred from 10 ratings, then the list. The last two rows store each new user in the model
+posterior inferred from 10 ratings, then the list; "known user, 3 new ratings" updates a known user's posterior
+by 3 ratings of items they have not rated (:mod:`mogp_surprise.core.update`), then the list. The last two rows store each new user in the model
 (``fold_in``), alone and followed by the requests after it (``--model`` of a model with many users shows what
 grows with them). Finally one-pair predictions are checked against
 the batched ``test`` of the same pairs (relative difference; the batched path is float32 by default,
@@ -70,6 +71,11 @@ def main(argv=None) -> dict:
     low, high = trainset.rating_scale
     folds = [{items[(j * 10 + k) % n_pairs]: float(rng.uniform(low, high)) for k in range(10)}
              for j in range(n_lists)]
+    known = []  # 3 new ratings of items each known user has not rated: an update of their posterior
+    for j in range(n_lists):
+        rated = {i for i, _ in trainset.ur[trainset.to_inner_uid(users[j])]}
+        fresh = [int(i) for i in rng.permutation(trainset.n_items)[:50] if int(i) not in rated][:3]
+        known.append({trainset.to_raw_iid(i): float(rng.uniform(low, high)) for i in fresh})
     svd = SVD(random_state=0).fit(trainset)
     calls = {
         "predict": (lambda j: algo.predict(users[j], items[j]), n_pairs),
@@ -78,6 +84,8 @@ def main(argv=None) -> dict:
         "recommend n=10": (lambda j: algo.recommend(users[j], n=10), n_lists),
         "recommend n=10, lcb": (lambda j: algo.recommend(users[j], n=10, strategy="lcb"), n_lists),
         "fold-in 10 + recommend n=10": (lambda j: algo.recommend(f"new-{j}", n=10, ratings=folds[j]), n_lists),
+        "known user, 3 new ratings + recommend n=10": (
+            lambda j: algo.recommend(users[j], n=10, ratings=known[j]), n_lists),
         # last: each call stores a user in the model (what grows with the users: the id maps, who rated what,
         # the user tables and their float64 copy behind predict are carried over, not rebuilt)
         "fold_in 10 (stored)": (lambda j: algo.fold_in(f"stored-{j}", folds[j]), n_lists),

@@ -67,8 +67,9 @@ class UserModelMixin:
         check_strategy(strategy, kappa, n, auto=True)  # before the fold-in's work
         check_bool("exclude_rated", exclude_rated)
         post, row, items, _ = self._folded(user, ratings)
+        unchanged = row >= 0 and post is self.posterior_  # a known user without new ratings: as without `ratings`
         return self._frame(post, [user], np.array([row]), [items], n, strategy, kappa, random_state,
-                           exclude_rated, with_user=False)
+                           exclude_rated, with_user=False, by_pairs=unchanged)
 
     def _recommend_many(self, users: Any, n: int, strategy: str, kappa: float | None, exclude_rated: bool,
                         random_state: Any = None, with_user: bool = True) -> pd.DataFrame:
@@ -155,37 +156,48 @@ class UserModelMixin:
                             "are str, int, float, bool or tuples of them, so `save` would refuse this model and "
                             "every user folded into it; convert the id (e.g. str())")
 
-    def _user_ratings(self, user: Any, ratings: Any) -> tuple[int, np.ndarray, np.ndarray]:
-        """The user's inner index (-1: new) and all their (items, ratings): a known user's training ratings
-        with ``ratings`` on top (a new rating of an item replaces the old one), or a new user's ``ratings``."""
+    def _user_ratings(self, user: Any, ratings: Any) -> tuple[int, np.ndarray, np.ndarray, int | None]:
+        """The user's inner index (-1: new), all their (items, ratings), and where the new ones start when they
+        update a known user's posterior (:func:`~..core.update.update_user`), else None: a known user's training
+        ratings with ``ratings`` on top (a new rating of an item replaces the old one: then the user is folded in
+        again from all, as from a posterior that keeps no users' variances), or a new user's ``ratings``."""
+        from ..core.update import updatable
+
         items, values = check_fold_ratings(ratings, self._item_encoder().transform, *self._rating_range())
         encoder = self._user_encoder()
         if encoder.lookup(plain_id(user)) is None:  # before the encoding below warns about the twin it refuses
             check_not_twin(self._user_label, user, lambda twin: encoder.lookup(twin) is not None)
         inner = int(self._user_codes([user])[0])
         if inner < 0:
-            return inner, items, values
+            return inner, items, values, None
         old_items, old_values = self._known_ratings(inner)
         if old_values is None:
             raise ValueError("this model was saved before fold-in existed and lacks its users' training "
                              "ratings; refit it to fold in users")
         keep = ~np.isin(old_items, items)
+        split = old_items.size if keep.all() and updatable(self.posterior_, inner) else None
         return inner, np.concatenate([old_items[keep], items]).astype(np.int64), np.concatenate([old_values[keep],
-                                                                                                 values])
+                                                                                                 values]), split
 
     def _folded(self, user: Any, ratings: Any) -> tuple[MWGPPosterior, int, np.ndarray, np.ndarray]:
         """The posterior with one user's ratings folded in, the user's row, and all the user's (items, ratings).
 
-        A known user is folded in again from the union of their training ratings and ``ratings``,
-        starting from their fitted values, in their own row; a new user gets a new row.
+        A known user's posterior is updated by ``ratings`` in their own row (no ratings: the user as fitted), or,
+        where ``ratings`` change a rating or the posterior keeps no variances of its users, the user is folded in
+        again from all their ratings, starting from their fitted values; a new user gets a new row.
         """
         from ..core.foldin import fold_in
+        from ..core.update import update_user
 
         self._user_item_posterior("fold-in")
-        inner, items, values = self._user_ratings(user, ratings)
+        inner, items, values, split = self._user_ratings(user, ratings)
         post = self.posterior_  # after the ids (as in _recommend_many)
         if inner < 0:
             folded = fold_in(post, items, values)
+        elif split == items.size:  # nothing new
+            return post, inner, items, values
+        elif split is not None:
+            folded = update_user(post, inner, items[split:], values[split:], items[:split], values[:split])
         else:
             folded = fold_in(post, items, values, init_user=inner, repeats=True)  # training data may repeat pairs
         return (*_with_user(post, inner, folded), items, values)
@@ -215,7 +227,7 @@ class UserModelMixin:
 
         user = check_user_id(user, "to ask")
         self._user_item_posterior("ask")
-        inner, items, values = self._user_ratings(user, {} if ratings is None else ratings)
+        inner, items, values, split = self._user_ratings(user, {} if ratings is None else ratings)
         post = self.posterior_  # after the ids (as in _recommend_many)
         chosen = {name: None if raw is None else self._known_item_codes(name, raw)
                   for name, raw in (("candidates", candidates), ("exclude", exclude))}
@@ -226,9 +238,11 @@ class UserModelMixin:
         answer_prob = answer_probability(self._rating_graph(), items) if candidates is None else None
         weights = counts if candidates is None and counts.sum() > 0 else None
         known = inner >= 0
-        q = ask(post, items, values, n=n, candidates=chosen["candidates"], exclude=chosen["exclude"],
-                answer_prob=answer_prob, weights=weights,
-                init_user=inner if known else None, refit=not known or ratings is not None, repeats=known)
+        update = known and split is not None and split < items.size  # a known user's new ratings update them
+        q = ask(post, items[split:] if update else items, values[split:] if update else values, n=n,
+                candidates=chosen["candidates"], exclude=chosen["exclude"], answer_prob=answer_prob, weights=weights,
+                init_user=inner if known else None, refit=not known or (split is None and ratings is not None) or update,
+                repeats=known, rated=(items[:split], values[:split]) if update else None)
         if q.folded is not None:
             post, row = _with_user(post, inner, q.folded)
         else:

@@ -125,7 +125,7 @@ class MWGPRegressor(HyperParamsMixin, UserModelMixin, RegressorMixin, BaseEstima
 
         ``ratings``: {item: rating} or (item, rating) pairs of items seen in ``fit``, within the range
         of the training ratings (``rating_range_``). A new ``user`` becomes a known id of the first
-        column; a known user is folded in again from their training ratings plus these. Only for
+        column; a known user's posterior is updated by these (see MWGP.fold_in). Only for
         (user, item) models. Returns ``self``.
         """
         return self._fold_in(user, ratings)
@@ -218,8 +218,8 @@ class MWGPRegressor(HyperParamsMixin, UserModelMixin, RegressorMixin, BaseEstima
         return encode_ids(self.posterior_, encoder, values)
 
     def __getstate__(self) -> dict:
-        with store_lock(self):  # not half way through a fold-in
-            return super().__getstate__()
+        with store_lock(self):  # not half way through a fold-in; a copy: on Python >= 3.11 scikit-learn returns the
+            return dict(super().__getstate__())  # live __dict__, which a copy or pickle then read after the lock
 
     def __setstate__(self, state: dict) -> None:
         super().__setstate__(state)

@@ -229,9 +229,10 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
 
         Only the user's own parameters are inferred (embedding, bias, bilinear factor and noise
         level, with their uncertainty, which enters the user's predictive variance); items, the GP
-        and the hyper-parameters stay as fitted. A new ``uid`` becomes a known user; a known user is
-        folded in again from their training ratings plus ``ratings`` (a new rating of an item
-        replaces the old one). Takes about 10 ms for 20 ratings. An empty ``ratings`` adds the user
+        and the hyper-parameters stay as fitted. A new ``uid`` becomes a known user. A known user's
+        posterior as fitted is updated by ``ratings`` (it is the prior: no ratings leave the user as
+        fitted); a new rating of an item the user rated replaces the old one, and then the user is
+        folded in again from all their ratings. Takes about 10 ms for 20 ratings. An empty ``ratings`` adds the user
         with no ratings: they are predicted exactly as an unseen user (cold start).
 
         Parameters

@@ -61,7 +61,8 @@ class Questions:
 def ask(posterior: MWGPPosterior, items: np.ndarray, ratings: np.ndarray, n: int = 5,
         candidates: np.ndarray | None = None, exclude: np.ndarray | None = None,
         answer_prob: np.ndarray | None = None, weights: np.ndarray | None = None,
-        init_user: int | None = None, refit: bool = True, repeats: bool = False) -> Questions:
+        init_user: int | None = None, refit: bool = True, repeats: bool = False,
+        rated: tuple[np.ndarray, np.ndarray] | None = None) -> Questions:
     """Choose up to ``n`` items whose ratings are expected to teach the model most about one user
     (module docstring).
 
@@ -92,17 +93,27 @@ def ask(posterior: MWGPPosterior, items: np.ndarray, ratings: np.ndarray, n: int
         user with ``init_user`` and their training ratings, as fitted).
     repeats : bool, default=False
         Accept an item more than once in ``items`` (training data may repeat a pair).
+    rated : (items, ratings), optional
+        The ratings the posterior of the known user ``init_user`` holds: ``items`` / ``ratings`` are new, and the
+        user is updated by them (:func:`~.update.update_user`) rather than folded in again from all; never asked.
     """
     check_int("n", n, 1)
     ctx = context_for(posterior, "population")
     items, y = _check_ratings(ctx, items, ratings, "", repeats)
     init = _check_init(ctx, init_user, "")
+    update = None
+    if rated is not None:
+        if init is None:
+            raise ValueError("`rated` are the ratings of the known user `init_user`; give init_user")
+        update = (init, *_check_ratings(ctx, *rated, "rated: ", repeats=True))
     n_items = ctx.n_items
     allowed = np.zeros(n_items, dtype=bool)
     allowed[_indices("candidates", candidates, n_items) if candidates is not None else slice(None)] = True
     if exclude is not None:
         allowed[_indices("exclude", exclude, n_items)] = False
     allowed[items] = False
+    if update is not None:
+        allowed[update[1]] = False
     p = _per_item("answer_prob", answer_prob, n_items, upper=1.0)
     w = _per_item("weights", weights, n_items)
     if w is not None and not w.sum() > 0:
@@ -110,7 +121,7 @@ def ask(posterior: MWGPPosterior, items: np.ndarray, ratings: np.ndarray, n: int
     if w is None and candidates is not None and allowed.any():
         w = allowed.astype(np.float64)
 
-    data = ctx.user_data(items, y)
+    data = ctx.user_data(items, y, update)
     if refit and data.n:
         folded, theta, sigma = _fold_state(ctx, data, init, 100, TOL)
     else:

@@ -74,8 +74,9 @@ normalised sum of its raters' item-side implicit factors, and the folded user ad
 item stays as fitted). A user with 0 ratings is not optimised: :class:`FoldedUser` then has
 ``n_ratings == 0`` (and the prior's values) and is predicted exactly as the cold-start user,
 index -1. Folding a trained user in again from their own training ratings moves their
-predictions a little (a few Adam epochs leave the trained users short of the optimum of their
-part of the objective).
+predictions (a few Adam epochs leave the trained users short of the optimum of their part of the
+objective, and training learnt the items with them): a known user's new ratings update their
+posterior as fitted instead (:mod:`.update`).
 """
 from __future__ import annotations
 
@@ -172,8 +173,7 @@ def fold_in_many(posterior: MWGPPosterior, users: Sequence[tuple[np.ndarray, np.
     list of FoldedUser, in the order of ``users``.
     """
     check_int("max_iter", max_iter, 1)
-    if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not tol > 0 or not math.isfinite(tol):
-        raise ValueError(f"`tol` must be a finite number > 0, got {tol!r}")
+    tol = _check_tol(tol)
     ctx = context_for(posterior, prior)
     users = list(users)
     init_users = [None] * len(users) if init_users is None else list(init_users)
@@ -249,6 +249,12 @@ def _check_ratings(ctx: FoldInContext, items, ratings, where: str,
     return items.astype(np.int64), (ratings - ctx.rating_mean) / ctx.rating_std
 
 
+def _check_tol(tol) -> float:
+    if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not tol > 0 or not math.isfinite(tol):
+        raise ValueError(f"`tol` must be a finite number > 0, got {tol!r}")
+    return float(tol)
+
+
 def _check_init(ctx: FoldInContext, init, where: str) -> int | None:
     if init is None:
         return None
@@ -293,13 +299,14 @@ def _whitening(ctx: FoldInContext, data: UserData, start: Tensor, covariance: Te
         e, v = torch.linalg.eigh(covariance[proper][:, proper])
         parts.append((by_gn, 1.0 / e, v))
     log_noise = None
-    for block in ctx.custom_prior:  # a noise row's Hessian in closed form, where its term gives one
+    for block in ctx.priors.custom:  # a noise row's Hessian in closed form, where its term gives one
         fitted = ctx.state.terms[block.term]
         if not fitted.term.user_noise:
             continue
         if log_noise is None:
             log_noise = ctx.log_noise_curvature(data, start)
-        h = fitted.term.user_noise_hessian(block.spec, block.of(start), log_noise, ctx.prior, fitted)
+        h = fitted.term.user_noise_hessian(block.spec, block.of(start), log_noise, ctx.priors.of_term(block, data.own),
+                                           fitted)
         if h is not None:
             where = torch.arange(block.start, block.start + block.width, device=ctx.device)
             parts.append((where, *torch.linalg.eigh(h)))
@@ -367,7 +374,8 @@ def _fold_state(ctx: FoldInContext, data: UserData, init: int | None, max_iter: 
     raw = {b.key: b.of(theta).cpu().numpy() for b in ctx.blocks}
     rows = {b.key: (b.of(theta) + data.implicit[b.key]).cpu().numpy() for b in ctx.blocks}
     folded = FoldedUser(rows=rows, raw=raw, variances={k: v.cpu().numpy() for k, v in variances.items()},
-                        n_ratings=data.n, objective=float(value), n_iter=n_iter, covariance=covariance.cpu().numpy(),
+                        n_ratings=data.n + (data.own.n_ratings if data.own is not None else 0), objective=float(value),
+                        n_iter=n_iter, covariance=covariance.cpu().numpy(), updated=data.own is not None,
                         layout=[(b.key, b.width) for b in ctx.laplace_blocks],
                         answers=(data.answers[0].cpu().numpy(), data.answers[1].cpu().numpy()), model=ctx.model)
     return folded, theta, covariance

@@ -221,7 +221,8 @@ class MWGPPosterior:
         # a folded-in user's Laplace variances are scaled by the calibration factor of an unseen user (calibration.py):
         # fold-in starts from the population prior whose latent variance that factor scales, so the user's intervals
         # do not narrow at the first answer by more than the answer teaches (ML-100K, 5 seeds: 90 % coverage after 1
-        # to 5 answers 0.86-0.87 -> 0.87-0.88); the factor's weight fades as the answers shrink these variances
+        # to 5 answers 0.86-0.87 -> 0.87-0.88); the factor's weight fades as the answers shrink these variances. Not an
+        # update of a known user (FoldedUser.updated): its prior was the user's own posterior, not the population
         widen = float(self.cold_scale[1])  # pattern 1: factor 0 (the user) unseen (predictive.predictive_moments)
         terms = []
         for fitted in self.state.terms:
@@ -231,8 +232,8 @@ class MWGPPosterior:
             tables = dict(fitted.tables)
             for spec in fitted.term.user_tables:
                 key, old = f"{fitted.name}.{spec.name}", tables[spec.name]
-                variance = None if old.laplace_var is None else put(
-                    old.laplace_var, [np.asarray(u.variances[key], dtype=np.float64) * widen for u in users])
+                variance = None if old.laplace_var is None else put(old.laplace_var, [
+                    np.asarray(u.variances[key], dtype=np.float64) * (1.0 if getattr(u, 'updated', False) else widen) for u in users])
                 tables[spec.name] = replace(old, values=put(old.values, [u.rows[key] for u in users]),
                                             laplace_var=variance)
             terms.append(replace(fitted, tables=tables))

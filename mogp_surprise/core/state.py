@@ -225,6 +225,10 @@ class FoldedUser:
     model : tuple of float, optional
         :meth:`~.gp.FittedGP.fingerprint` of the model the user was folded in with (checked where the user is
         added to a posterior).
+    updated : bool
+        An update of a known user's posterior by new ratings (:func:`~.foldin.update_user`): its prior was
+        the user's own posterior, so its variances are not widened as a new user's are (the unseen user's
+        calibration factor, :meth:`~.posterior.MWGPPosterior.with_extra_users`).
     """
 
     rows: dict[str, Any]
@@ -237,6 +241,7 @@ class FoldedUser:
     layout: list = field(default_factory=list)
     answers: tuple | None = None
     model: tuple | None = None
+    updated: bool = False
 
     @property
     def cold(self) -> bool:

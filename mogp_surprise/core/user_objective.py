@@ -20,6 +20,7 @@ from .objective import gaussian_expected_log_lik, noise_moments, weighted_square
 from .posterior import MWGPPosterior
 from .state import FittedTable, FittedTerm, PosteriorState
 from .terms import PRIORS, RatingParts, Rows, Table
+from .user_prior import OwnPrior, UserPrior
 
 __all__ = ["FoldInContext", "UserData", "Block", "PRIORS", "context_for"]
 
@@ -60,6 +61,7 @@ class UserData:
     pair_rows: dict[int, dict[str, Rows]] | None = None  # term position -> its pair inputs of the n ratings
     #: term position -> (mean, its variance) that a mean-only term without user tables adds, the same at every theta
     fixed: dict[int, tuple[Tensor, Tensor | None]] | None = None
+    own: OwnPrior | None = None  # an update of a known user: their posterior as fitted is the prior
 
 
 class FoldInContext:
@@ -95,17 +97,7 @@ class FoldInContext:
         self.dim = start
         # a user row sets the noise of the user's ratings (fold-in's expected residuals)
         self.user_noise = any(state.terms[b.term].term.user_noise for b in self.blocks)
-        # Gaussian priors of the user's rows, as one vector over the layout (precision 0: flat, or a term's own)
-        self.prior_precision = torch.zeros(self.dim, dtype=torch.float64, device=self.device)
-        self.custom_prior = []
-        for block in self.blocks:
-            fitted = state.terms[block.term]
-            if not fitted.term.gaussian_user_prior:
-                self.custom_prior.append(block)
-                continue
-            precision = fitted.term.user_prior_precision(block.spec, prior, fitted)
-            if precision is not None:
-                self.prior_precision[block.start:block.start + block.width] = precision.reshape(-1).to(self.prior_precision)
+        self.priors = UserPrior(state, posterior.state, self.blocks, prior)
         gp = state.gp
         self.kernel, self.inducing, self.w, self.M = gp.kernel(), gp.inducing, gp.w, gp.M
         r = gp.input_width  # the users' block of the GP inputs and its scaled inducing inputs
@@ -118,14 +110,46 @@ class FoldInContext:
         return [b for b in self.blocks if b.spec.laplace]
 
     # -- the data of one user ----------------------------------------------------------------------------
-    def user_data(self, items: np.ndarray, y: np.ndarray) -> UserData:
+    def user_data(self, items: np.ndarray, y: np.ndarray, update: tuple | None = None) -> UserData:
+        """The fixed part of the objective of a user with ratings ``y`` (standardised) of ``items``. ``update``:
+        (user, rated items, their standardised ratings): the Bayesian update of a known user (:mod:`.user_prior`),
+        whose posterior as fitted holds the rated ones and is the prior; those set the implicit sums and the pair
+        inputs with ``items``, and add no terms of their own."""
         idx = torch.as_tensor(items, device=self.device)
         item_rows = {}
         for position, fitted in enumerate(self.state.terms):
             for spec in fitted.term.direct_tables:
                 if spec.factor != 0:
                     item_rows[(position, spec.name)] = fitted.tables[spec.name].values[idx].to(torch.float64)
-        rated = torch.as_tensor(np.unique(items), device=self.device)  # repeated pairs count once, as in training
+        y = torch.as_tensor(y, dtype=torch.float64, device=self.device)
+        answers = (idx, y)
+        if update is not None:
+            both = np.intersect1d(items, update[1])
+            if both.size:
+                raise ValueError(f"items {both[:5].tolist()} are rated already: a changed rating replaces the old one, "
+                                 "which the user's posterior holds; fold the user in again (init_user) instead")
+            rated = torch.as_tensor(update[1], device=self.device)
+            answers = (torch.cat([rated, idx]), torch.cat([torch.as_tensor(update[2]).to(y), y]))
+        implicit = self._implicit(answers[0])
+        data = UserData(int(items.size), y, item_rows, implicit)
+        data.answers = answers
+        data.pair_rows = self.pair_rows(idx, data.answers)
+        data.fixed = self._fixed_parts(data)
+        if update is None:
+            data.prior_center = self.priors.center(implicit)
+        else:
+            data.own = self.priors.own(int(update[0]), self._implicit(rated), int(rated.numel()))
+            data.prior_center = data.own.center
+        # the items' half of every kernel row (with the output scale): fixed during fold-in
+        x = self.parts(data, torch.zeros(self.dim, dtype=torch.float64, device=self.device)).inputs[1].value
+        r = self.state.gp.input_width
+        data.item_kernel = self.kernel.block(torch.arange(r, 2 * r, device=self.device)).cross(x, self.inducing[:, r:])
+        return data
+
+    def _implicit(self, items: Tensor) -> dict[str, Tensor]:
+        """The user's implicit sum of every block over ``items`` (a repeated item counts once, as in training;
+        zeros for a block without one)."""
+        rated = torch.unique(items)
         implicit = {}
         for block in self.blocks:
             fitted = self.state.terms[block.term]
@@ -134,24 +158,7 @@ class FoldInContext:
             if feeder is not None and rated.numel():
                 total = fitted.tables[feeder.name].values[rated].to(torch.float64).sum(0) / math.sqrt(rated.numel())
             implicit[block.key] = total if block.spec.width else total[0]
-        data = UserData(int(items.size), torch.as_tensor(y, dtype=torch.float64, device=self.device), item_rows,
-                        implicit)
-        data.answers = (idx, data.y)
-        data.pair_rows = self.pair_rows(idx, data.answers)
-        data.fixed = self._fixed_parts(data)
-        # the mean of the Gaussian priors on the raw rows: the population's minus the implicit sum, or 0
-        data.prior_center = torch.zeros(self.dim, dtype=torch.float64, device=self.device)
-        if self.prior == "population":
-            for block in self.blocks:
-                table = self.state.terms[block.term].tables[block.spec.name]
-                if table.population is not None and block not in self.custom_prior:
-                    data.prior_center[block.start:block.start + block.width] = (
-                        table.population[0] - implicit[block.key]).reshape(-1)
-        # the items' half of every kernel row (with the output scale): fixed during fold-in
-        x = self.parts(data, torch.zeros(self.dim, dtype=torch.float64, device=self.device)).inputs[1].value
-        r = self.state.gp.input_width
-        data.item_kernel = self.kernel.block(torch.arange(r, 2 * r, device=self.device)).cross(x, self.inducing[:, r:])
-        return data
+        return implicit
 
     def pair_rows(self, items: Tensor, answers: tuple[Tensor, Tensor]) -> dict[int, dict[str, Rows]]:
         """The pair inputs of the user with ``items`` (:meth:`~.terms.Term.user_pair_rows`), from the answers."""
@@ -219,13 +226,8 @@ class FoldInContext:
         return data.item_kernel @ c, data.item_kernel @ (c.unsqueeze(-1) * d / -self.user_lengthscale)
 
     def log_prior(self, data: UserData, theta: Tensor) -> Tensor:
-        """The log prior of the user's rows: the Gaussian ones at once, then the terms' own."""
-        d = theta - data.prior_center
-        out = -0.5 * (self.prior_precision * d * d).sum()
-        for block in self.custom_prior:
-            fitted = self.state.terms[block.term]
-            out = out + fitted.term.user_log_prior(block.spec, block.of(theta), self.prior, fitted)
-        return out
+        """The log prior of the user's rows (:class:`~.user_prior.UserPrior`)."""
+        return self.priors.log_prior(theta, data.prior_center, data.own)
 
     def _rating_terms(self, data: UserData, theta: Tensor) -> tuple[Tensor, Tensor]:
         """E_q[log sigma_j^2] and lambda_j E_q[(y_j - m_j)^2] of every rating at ``theta``
@@ -254,7 +256,10 @@ class FoldInContext:
 
     # -- the start and the Laplace posterior -------------------------------------------------------------------
     def start(self, data: UserData, init: int | None) -> Tensor:
-        """The raw rows to start from: the prior's mean, or a known user's fitted rows (``init``)."""
+        """The raw rows to start from: the prior's mean, or a known user's fitted rows (``init``; an update's
+        prior mean)."""
+        if data.own is not None:
+            return data.own.center.clone()
         theta = torch.zeros(self.dim, dtype=torch.float64, device=self.device)
         known = init is not None and not (self.state.cold_users is not None and bool(self.state.cold_users[init]))
         for block in self.blocks:
@@ -302,7 +307,8 @@ class FoldInContext:
         pairs = None
         if data.answers is not None and any(t.term.reads_pairs for t in self.state.terms):
             pairs = self.pair_rows(torch.arange(self.n_items, device=self.device), data.answers)
-        out = replace(self._catalogue, implicit=data.implicit, prior_center=data.prior_center, answers=data.answers,
+        out = replace(self._catalogue, implicit=data.implicit, prior_center=data.prior_center, own=data.own,
+                      answers=data.answers,
                       pair_rows=pairs)
         out.fixed = self._fixed_parts(out)  # (from these answers' pair inputs, not the template's)
         return out
@@ -311,23 +317,13 @@ class FoldInContext:
         """The Gauss-Newton posterior of the user's Laplace entries at ``theta``: the diagonal variances per
         block (as trained users get them) and the full covariance (d_L, d_L) of those entries, in layout order.
 
-        Precision: the prior's (:meth:`~.terms.Term.user_prior_precision`) plus sum_j lambda_j J_j J_j^T with
+        Precision: the prior's (:meth:`~.user_prior.UserPrior.laplace_precision`) plus sum_j lambda_j J_j J_j^T with
         J_j = d E[y_j] / d theta; an entry under a flat prior gets variance 0 (no correction). ``with_jacobian``:
         also J (n, d_L) (None without ratings or Laplace entries).
         """
         blocks = self.laplace_blocks
         width = sum(b.width for b in blocks)
-        prior = torch.zeros(width, dtype=torch.float64, device=self.device)
-        flat = torch.zeros(width, dtype=torch.bool, device=self.device)
-        offset = 0
-        for block in blocks:
-            fitted = self.state.terms[block.term]
-            precision = fitted.term.user_prior_precision(block.spec, self.prior, fitted)
-            if precision is None:
-                flat[offset:offset + block.width] = True
-            else:
-                prior[offset:offset + block.width] = precision.reshape(-1).to(prior)
-            offset += block.width
+        prior, flat = self.priors.laplace_precision(blocks, data.own)
         gram = torch.zeros(width, width, dtype=torch.float64, device=self.device)
         jac = None
         if data.n and width:

@@ -340,6 +340,9 @@ class Term(nn.Module):
     #: on the effective row (implicit sum included); "model", the table's N(0, 1 / prior_precision) on the raw
     #: row. False: the term gives the log prior itself (:meth:`user_log_prior`).
     gaussian_user_prior: ClassVar[bool] = True
+    #: for a term without a Gaussian prior: its user methods below also take, as ``prior``, a known user's fitted raw
+    #: row, whose posterior is then the prior (an update by new ratings, :mod:`..update`)
+    own_user_prior: ClassVar[bool] = False
     #: the user rows of this term set the noise of the user's ratings: fold-in fits them to the expected squared
     #: residuals under the user's Laplace posterior (:mod:`..foldin`, ``expected_residuals``)
     user_noise: ClassVar[bool] = False

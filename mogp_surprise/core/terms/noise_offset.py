@@ -45,6 +45,7 @@ class NoiseOffset(Term):
     order = 30
     builtin = True
     gaussian_user_prior = False  # q(s_u) with a KL to its prior, below
+    own_user_prior = True  # a known user's q(s_u) as fitted is the prior of their update
     user_noise = True  # fold-in fits q(s_u) to the expected squared residuals
 
     @classmethod
@@ -125,8 +126,10 @@ class NoiseOffset(Term):
                 # the users' q(s) as one Gaussian: fold-in's population prior
                 "user_population": torch.stack([mu.mean(), mu.var(unbiased=False) + var.mean()])}
 
-    def _user_prior(self, prior: str, fitted: Any) -> tuple[Tensor, Tensor]:
-        """(mean, log variance) of the prior of a folded-in user's offset."""
+    def _user_prior(self, prior: "str | Tensor", fitted: Any) -> tuple[Tensor, Tensor]:
+        """(mean, log variance) of the prior of a folded-in user's offset (``prior`` a row: the user's q as fitted)."""
+        if isinstance(prior, Tensor):
+            return prior[0], prior[1]
         if prior == "population":
             pop = fitted.extras["user_population"]
             return pop[0], torch.log(pop[1])
