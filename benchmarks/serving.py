@@ -10,7 +10,8 @@ the median and the 99th percentile. Surprise ``SVD``'s ``predict`` on the same p
 reference. ``recommend(uid, n=10)`` ranks the whole catalogue for a known user (mean strategy, and
 LCB); "fold-in 10 + recommend" is ``recommend(new_uid, n=10, ratings={10 items})``: the new user's
 posterior inferred from 10 ratings, then the list; "known user, 3 new ratings" updates a known user's posterior
-by 3 ratings of items they have not rated (:mod:`mogp_surprise.core.update`), then the list. The last two rows store each new user in the model
+by 3 ratings of items they have not rated (:mod:`mogp_surprise.core.update`), then the list. The last two rows
+store each new user in the model
 (``fold_in``), alone and followed by the requests after it (``--model`` of a model with many users shows what
 grows with them). Finally one-pair predictions are checked against
 the batched ``test`` of the same pairs (relative difference; the batched path is float32 by default,

@@ -98,13 +98,13 @@ class IdEncoder:
 
     def __init__(self, name: str, classes: Sequence[Any] | np.ndarray) -> None:
         self.name = name
-        self.classes_ = pd.Index(_as_object(classes)) if len(classes) else pd.Index([], dtype=object)
+        self.classes_ = pd.Index(id_array(classes)) if len(classes) else pd.Index([], dtype=object)
 
     @classmethod
     def fit(cls, name: str, values: Sequence[Any] | np.ndarray) -> tuple["IdEncoder", np.ndarray]:
         """An encoder of the distinct ``values`` (in order of appearance) and the inner index of each value."""
         try:
-            codes, uniques = pd.factorize(pd.Index(_as_object(values)), sort=False)
+            codes, uniques = pd.factorize(pd.Index(id_array(values)), sort=False)
         except TypeError as exc:
             raise _unhashable(f"{name} ids must be", values) or exc from None
         return cls(name, uniques), codes.astype(np.int64)
@@ -125,7 +125,7 @@ class IdEncoder:
             if None not in codes:
                 return np.array(codes, dtype=np.int64)
         try:
-            return self.classes_.get_indexer(pd.Index(_as_object(values))).astype(np.int64)
+            return self.classes_.get_indexer(pd.Index(id_array(values))).astype(np.int64)
         except TypeError as exc:
             raise _unhashable(f"{self.name} ids must be", values) or exc from None
 
@@ -134,7 +134,7 @@ class IdEncoder:
 
         The maps are copied whole in C (the index, and the lookup table when built), never rebuilt id by id:
         at 200,000 users rebuilding them cost the first request after each fold-in some 30 ms."""
-        value_array = _as_object([value])
+        value_array = id_array([value])
         added = pd.Index(value_array)
         if added.dtype == self.classes_.dtype != object:  # ints to ints, strings to strings
             classes = self.classes_.append(added)
@@ -190,7 +190,7 @@ def _unhashable(subject: str, values: Sequence[Any] | np.ndarray, unit: str = "p
     return None
 
 
-def _as_object(values) -> np.ndarray:
+def id_array(values) -> np.ndarray:
     """Raw ids as a 1-D array in which every id keeps its own type: from a list ``[1, "a"]`` stay an int
     and a str (``np.asarray`` would make both strings) and a tuple stays one id."""
     if isinstance(values, (np.ndarray, pd.Index, pd.Series)):

@@ -241,7 +241,8 @@ class UserModelMixin:
         update = known and split is not None and split < items.size  # a known user's new ratings update them
         q = ask(post, items[split:] if update else items, values[split:] if update else values, n=n,
                 candidates=chosen["candidates"], exclude=chosen["exclude"], answer_prob=answer_prob, weights=weights,
-                init_user=inner if known else None, refit=not known or (split is None and ratings is not None) or update,
+                init_user=inner if known else None,
+                refit=not known or (split is None and ratings is not None) or update,
                 repeats=known, rated=(items[:split], values[:split]) if update else None)
         if q.folded is not None:
             post, row = _with_user(post, inner, q.folded)

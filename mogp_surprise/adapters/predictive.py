@@ -82,6 +82,16 @@ class PredictiveAlgo(AlgoBase):
             u, i = (int(k) for k in self._inner_index([uid], [iid])[0])
         return u, i
 
+    def _is_one_id(self, name: str, ids: Any) -> bool:
+        """Whether ``ids`` is one raw id: a scalar, or a tuple where the training data's ids are tuples."""
+        if _is_scalar_id(ids):
+            return True
+        if not isinstance(ids, tuple):
+            return False
+        self._check_fitted()
+        encoder = self._encoders()[0 if name == "user" else 1]
+        return encoder.lookup(ids) is not None or (encoder.n_levels > 0 and isinstance(encoder.classes_[0], tuple))
+
     # -- Surprise's contract ---------------------------------------------------------------------
     def estimate(self, u: Any, i: Any) -> tuple[float, dict[str, Any]]:
         """Predict from inner ids; Surprise passes ``'UKN__<raw id>'`` strings for unknown ones."""
@@ -138,8 +148,9 @@ class PredictiveAlgo(AlgoBase):
 
         Parameters
         ----------
-        uid : raw user id, sequence of raw user ids, or a testset (list of (uid, iid[, r]) tuples)
-        iid : raw item id or sequence of raw item ids; omitted when ``uid`` is a testset
+        uid : raw user id, sequence of raw user ids, or a testset (list of (uid, iid[, r]) tuples); a tuple
+            is one id where the training data's ids are tuples, else a sequence of ids
+        iid : raw item id or sequence of raw item ids (tuples as for ``uid``); omitted when ``uid`` is a testset
         include_noise : bool, default=True
             Variance of the observed rating (True) or of the latent preference f (False).
 
@@ -156,8 +167,8 @@ class PredictiveAlgo(AlgoBase):
                 raise ValueError("`predict_dist(testset)` expects a sequence of (uid, iid[, r]) tuples; "
                                  "pass `iid` for single ids")
             return self._moments(self._inner_index([p[0] for p in pairs], [p[1] for p in pairs]), include_noise)
-        scalar = _is_scalar_id(uid)
-        if scalar != _is_scalar_id(iid):
+        scalar = self._is_one_id("user", uid)
+        if scalar != self._is_one_id("item", iid):
             raise ValueError(f"`uid` and `iid` must both be raw ids or both be sequences; got {_describe(uid)} and "
                              f"{_describe(iid)}")
         if scalar:

@@ -14,7 +14,8 @@ from ..core.checkpoint import Checkpointing
 from ..core.distributed import DataParallel
 from ..core.errors import check_bool
 from ..core.trainer import fit_mwgp
-from ._common import PARAMS_DOC, HyperParamsMixin, check_id_column, plain_id, store_lock, trainset_arrays
+from ._common import (PARAMS_DOC, HyperParamsMixin, check_id_column, id_array, plain_id, store_lock,
+                      trainset_arrays)
 from ._users import UserModelMixin
 from .persistence import check_loadable_ids, load_model, save_model
 from .predictive import PredictiveAlgo
@@ -94,8 +95,8 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
         check_bool("distributed", distributed)
         if check_bool("resume", resume) and checkpoint is None:
             raise ValueError("resume=True needs the checkpoint file to resume from: pass checkpoint=PATH")
-        check_id_column("user", np.array([trainset.to_raw_uid(u) for u in range(trainset.n_users)], dtype=object))
-        check_id_column("item", np.array([trainset.to_raw_iid(i) for i in range(trainset.n_items)], dtype=object))
+        check_id_column("user", id_array([trainset.to_raw_uid(u) for u in range(trainset.n_users)]))
+        check_id_column("item", id_array([trainset.to_raw_iid(i) for i in range(trainset.n_items)]))
         index, ratings = trainset_arrays(trainset)
         bad = ~np.isfinite(ratings)
         if bad.any():

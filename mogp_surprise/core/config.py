@@ -71,7 +71,8 @@ class MWGPConfig:
     Parameters
     ----------
     n_inducing : int, default=128
-        Number m of paired inducing points (z^A_l, z^B_l). Cost per rating is O(m^2).
+        Number m of paired inducing points (z^A_l, z^B_l), cost O(m^2) per rating; at most the training ratings
+        (the default is quietly limited to them, a number you set with a warning).
     latent_dim : int, default=8
         Dimension r of each user and item embedding.
     n_epochs : int or "auto", default="auto"
@@ -111,8 +112,7 @@ class MWGPConfig:
         start), set before training and saved with the model; little data then get the shrinkage
         that their spread of biases supports (see :mod:`~mogp_surprise.core.terms.bias`).
     use_biases : bool, default=True
-        Learn a global mean plus user and item biases as the GP mean function; otherwise the
-        mean function is the learned global constant only.
+        Learn a global mean plus user and item biases as the GP mean function; otherwise only a learned constant.
     noise : {"heteroscedastic", "homoscedastic"}, default="heteroscedastic"
         "heteroscedastic": every user, item (and context level) has its own log-noise offset,
         sigma^2_ui = sigma^2 exp(s_u + t_i), with a learned Gaussian prior and a variational
@@ -149,10 +149,9 @@ class MWGPConfig:
         lower RMSE in most cases, 90 % coverage 0.88-0.93; ML-1M (no early stopping) 0.8263 against
         Laplace's 0.8243, so Laplace there.
     embedding_uncertainty : bool, default=True
-        Add the estimation uncertainty of a known user's and item's embedding, bilinear factor
-        and bias (a diagonal Laplace posterior, propagated linearly) to their predictions' variance; users and items
-        with few ratings get wider intervals. ``False``: the GP's variance at the point estimates
-        (the paper).
+        Add the estimation uncertainty of a known user's and item's embedding, bilinear factor and bias (a
+        diagonal Laplace posterior, propagated linearly) to their predictions' variance; users and items with
+        few ratings get wider intervals. ``False``: the GP's variance at the point estimates (the paper).
     neighbourhood : bool or "auto", default="auto"
         Koren's global neighbourhood model as a term of the mean: what the user rated among the item's 30
         most similar items, with learned weights (:mod:`~mogp_surprise.core.terms.neighbourhood`). 5-fold
@@ -184,6 +183,7 @@ class MWGPConfig:
     device : {"auto", "cpu", "cuda"} or torch.device, default="auto"
         "auto" uses CUDA when available, else the CPU.
     dtype : {"float32", "float64"}, default="float32"
+        Training dtype; the fitted model stays float64 where float32 would serve it less exactly (core.precision).
     verbose : bool, default=False
         Show a tqdm progress bar while training.
     """

@@ -51,9 +51,13 @@ FLOAT32_RATINGS = 1e15
 
 
 def validate_training_data(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
-                           dtype: str = "float64") -> None:
+                           dtype: str = "float64") -> tuple[int, ...]:
     """Raise ``ValueError`` naming the problem if the training arrays are unusable (for a model of ``dtype``:
-    ratings it can hold)."""
+    ratings it can hold); return ``n_levels`` as Python ints (numpy's int16 of pandas' category codes overflowed
+    in products with the number of ratings)."""
+    if any(isinstance(n, (bool, np.bool_)) or not isinstance(n, numbers.Integral) for n in n_levels):
+        raise ValueError(f"`n_levels` must hold ints (the number of levels of each factor), got {tuple(n_levels)!r}")
+    n_levels = tuple(int(n) for n in n_levels)
     if index.ndim != 2 or index.shape[1] != len(n_levels):
         raise ValueError(f"`index` must have shape (n, {len(n_levels)}), got {index.shape}")
     if ratings.ndim != 1 or ratings.shape[0] != index.shape[0]:
@@ -74,6 +78,7 @@ def validate_training_data(index: np.ndarray, ratings: np.ndarray, n_levels: tup
         col = index[:, f]
         if col.min() < 0 or col.max() >= n:
             raise ValueError(f"`index[:, {f}]` must lie in [0, {n}), got range [{col.min()}, {col.max()}]")
+    return n_levels
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -57,7 +57,8 @@ known user's fitted values (``init_user``); for a user with few ratings (``WHITE
 coordinates whitened by the curvature of -L at the start (:func:`_whitening`), where it needs about half
 the steps. At the optimum the user gets the diagonal
 Gauss-Newton (Laplace) variances that :func:`~mogp_surprise.core.laplace.laplace_variances` gives
-trained users (and, for choosing what to ask a user, the full Gauss-Newton covariance of those entries) (with the model's priors, 1 / v_x = embedding_reg, 1 / v_b = bias_reg, 1 / v_p = mf_reg)::
+trained users (and, for choosing what to ask a user, the full Gauss-Newton covariance of those entries) (with
+the model's priors, 1 / v_x = embedding_reg, 1 / v_b = bias_reg, 1 / v_p = mf_reg)::
 
     Var[x_u,d] = 1 / (1 / v_x,d + sum_j lambda_j (d E_q[f_j] / d x_u,d)^2)
     Var[b_u]   = 1 / (1 / v_b + sum_j lambda_j)

@@ -43,6 +43,21 @@ def variational_tables(module: MWGPModule) -> set[tuple[str, str]]:
             if spec.variance_of is not None}
 
 
+def noise_scaled(module: MWGPModule, laplace: LaplaceVariances, factor: float) -> LaplaceVariances:
+    """The Laplace variances of ``laplace`` once every rating's noise variance is multiplied by ``factor``: each
+    entry's data precision (1 / v - the prior's) divided by it, exactly; variational variances unchanged."""
+    variational = variational_tables(module)
+    out = dict(laplace)
+    for term in module.terms:
+        for spec in term.direct_tables:
+            key = (term.name, spec.name)
+            prior = spec.prior_precision
+            if key in out and key not in variational and prior:
+                data = (1.0 / out[key] - prior).clamp_min(0.0)
+                out[key] = 1.0 / (data / factor + prior)
+    return out
+
+
 def laplace_variances(module: MWGPModule, index: Tensor, jitter: float, chunk_size: int = 65536,
                       training: bool = False, extra: Tensor | None = None) -> LaplaceVariances:
     """The diagonal Laplace variance of every row of every table with ``laplace=True`` (module docstring),

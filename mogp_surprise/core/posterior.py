@@ -21,6 +21,7 @@ from .config import resolve_device, resolve_dtype
 from .errors import check_bool, check_int
 from .laplace import LaplaceVariances
 from .model import MWGPModule
+from .precision import rating_scale, serving_dtype
 from .predictive import catalogue_moments, predictive_moments
 from .sampling import catalogue_draw, weight_sampler
 from .serving import pair_predictor
@@ -93,7 +94,7 @@ class MWGPPosterior:
                                f64(module.noise_variance()), module.gp.fitted(jitter), terms,
                                torch.ones(2 ** module.n_factors, dtype=torch.float64, device=module.device),
                                None, int(chunk_size))
-        return cls(state).to(dtype=module.dtype)
+        return serving_dtype(cls(state), module.dtype)
 
     # -- properties -----------------------------------------------------------------------------------------
     @property
@@ -233,7 +234,8 @@ class MWGPPosterior:
             for spec in fitted.term.user_tables:
                 key, old = f"{fitted.name}.{spec.name}", tables[spec.name]
                 variance = None if old.laplace_var is None else put(old.laplace_var, [
-                    np.asarray(u.variances[key], dtype=np.float64) * (1.0 if getattr(u, 'updated', False) else widen) for u in users])
+                    np.asarray(u.variances[key], dtype=np.float64) * (1.0 if getattr(u, 'updated', False) else widen)
+                    for u in users])
                 tables[spec.name] = replace(old, values=put(old.values, [u.rows[key] for u in users]),
                                             laplace_var=variance)
             terms.append(replace(fitted, tables=tables))
@@ -328,7 +330,7 @@ class MWGPPosterior:
         mean, var, noise = self.standardised_moments(index)
         if include_noise:
             var = var + noise
-        return mean * self.rating_std + self.rating_mean, var * self.rating_std ** 2
+        return rating_scale(mean, self.rating_mean, self.rating_std), var.double() * self.rating_std ** 2
 
     @torch.no_grad()
     def catalogue_moments(self, user: int, include_noise: bool = True,
@@ -339,10 +341,10 @@ class MWGPPosterior:
         if self.cold_users is not None and user >= 0 and bool(self.cold_users[user]):
             user = -1
         mean, var, noise = catalogue_moments(self.state, self.psi, user, variance)
-        mean = mean * self.rating_std + self.rating_mean
+        mean = rating_scale(mean, self.rating_mean, self.rating_std)
         if not variance:
             return mean, None
-        return mean, (var + noise if include_noise else var) * self.rating_std ** 2
+        return mean, (var + noise if include_noise else var).double() * self.rating_std ** 2
 
     @torch.no_grad()
     def catalogue_draw(self, user: int, generator: torch.Generator, scale: float = 1.0) -> Tensor:
@@ -354,7 +356,8 @@ class MWGPPosterior:
         sampler = self.__dict__.get("_weight_sampler")
         if sampler is None:
             sampler = self._weight_sampler = weight_sampler(self.state.gp)
-        return catalogue_draw(self.state, user, sampler, generator, scale) * self.rating_std + self.rating_mean
+        return rating_scale(catalogue_draw(self.state, user, sampler, generator, scale), self.rating_mean,
+                             self.rating_std)
 
     @torch.no_grad()
     def standardised_moments(self, index: Tensor) -> tuple[Tensor, Tensor, Tensor]:

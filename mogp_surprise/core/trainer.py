@@ -19,14 +19,14 @@ from .distributed import DataParallel, touched_rows
 from .errors import NumericalError, caller_stacklevel, validate_training_data
 from .initialization import initialise
 from .kernels import Workspace
-from .laplace import laplace_variances
+from .laplace import laplace_variances, noise_scaled
 from .model import MWGPModule
 from .objective import elbo, log_prior
 from .optim import TrainingOptimizer, implicit_update_interval, uses_sparse_rows
 from .posterior import MWGPPosterior
 from .rows import Batch, distinct_index_rows
-from .validation import (HeldOutNoise, calibrates_noise, known_rows, noise_calibration, recorded_calibration,
-                         run_calibration, validation_scores, with_posterior_variances)
+from .validation import (HeldOutNoise, calibrates_noise, known_rows, leave_one_out_noise_scale, noise_calibration,
+                         recorded_calibration, run_calibration, validation_scores, with_posterior_variances)
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +48,9 @@ class FitResult:
     chosen: dict[str, float] = field(default_factory=dict)
     # with early stopping: each setting of the search with its validation curve, in MWGPConfig.search_space order
     searched: list[tuple[dict[str, float], list[float]]] = field(default_factory=list)
-    # with early stopping: the factor on the final fit's noise, the chosen run's at its best epoch (core/validation.py)
+    # the factor on the final fit's noise: with early stopping and a variational posterior the chosen run's at its
+    # best epoch; without early stopping (MAP factors, from 1,000 ratings) from the training ratings' leave-one-out
+    # errors (core/validation.py)
     noise_scale: float = 1.0
     # and the factor on its log-noise offsets (core/validation.py: noise_calibration)
     noise_shrink: float = 1.0
@@ -83,14 +85,15 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
     if not isinstance(config, MWGPConfig):
         raise TypeError(f"`config` must be an MWGPConfig (e.g. MWGPConfig(**params)), got {type(config).__name__}")
     index, ratings = np.asarray(index), np.asarray(ratings)
-    validate_training_data(index, ratings, tuple(n_levels), config.dtype)
+    n_levels = validate_training_data(index, ratings, tuple(n_levels), config.dtype)
     device, dtype = config.torch_device(), config.torch_dtype()
     started = time.perf_counter()
     gen = seeded_generator(config.random_state)
 
-    if config.n_inducing > index.shape[0]:
-        warnings.warn(f"n_inducing={config.n_inducing} exceeds the number of training ratings ({index.shape[0]}); "
-                      f"using {index.shape[0]} inducing points", UserWarning, stacklevel=caller_stacklevel())
+    if config.n_inducing > index.shape[0]:  # quietly at the default: the user chose no number to warn about
+        if config.n_inducing != MWGPConfig.n_inducing:
+            warnings.warn(f"n_inducing={config.n_inducing} exceeds the number of training ratings ({index.shape[0]}); "
+                          f"using {index.shape[0]} inducing points", UserWarning, stacklevel=caller_stacklevel())
         config = config.replace(n_inducing=index.shape[0])
     config = config.for_data(index.shape[0], tuple(n_levels))
     ratings = ratings.astype(np.float64)
@@ -141,6 +144,14 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
     laplace = laplace_variances(module, idx_t.to(device), config.jitter, config.chunk_size, training=True)
     posterior = MWGPPosterior.from_module(module, rating_mean, rating_std, config.jitter, config.chunk_size,
                                           laplace=laplace, embedding_uncertainty=config.embedding_uncertainty)
+    if not config.uses_early_stopping(n) and n >= EARLY_STOPPING_MIN and not module.variational:
+        # a MAP fit's noise from its training ratings' leave-one-out errors (core/validation.py)
+        loo = leave_one_out_noise_scale(posterior, idx_t.to(device), y_t.to(device), seeded_generator(0, device))
+        module.scale_noise(loo)
+        laplace = noise_scaled(module, laplace, loo)
+        posterior = MWGPPosterior.from_module(module, rating_mean, rating_std, config.jitter, config.chunk_size,
+                                              laplace=laplace, embedding_uncertainty=config.embedding_uncertainty)
+        scale = (loo, 1.0)
     if n < EARLY_STOPPING_MIN:  # a few full-batch steps: the global mean at its optimum given the rest
         posterior = centred_global_mean(posterior, index, ratings)
     # unseen users / items: their latent variance calibrated on the training ratings (leave-one-out)

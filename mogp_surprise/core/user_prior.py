@@ -1,9 +1,9 @@
 """The prior of a folded-in user's rows (:mod:`.foldin`): the learned users' population, the model's own priors, or
 a known user's own posterior as fitted, for an update by new ratings.
 
-For ``"population"`` and ``"model"`` each user table's row has a Gaussian prior (:meth:`~.terms.Term.user_prior_precision`,
-its mean the population's, less the user's implicit sum, or 0), and a term without one gives its log prior itself
-(:meth:`~.terms.Term.user_log_prior`, e.g. the noise offset's KL).
+For ``"population"`` and ``"model"`` each user table's row has a Gaussian prior
+(:meth:`~.terms.Term.user_prior_precision`, its mean the population's, less the user's implicit sum, or 0), and a
+term without one gives its log prior itself (:meth:`~.terms.Term.user_log_prior`, e.g. the noise offset's KL).
 
 **An update** (:class:`OwnPrior`). A known user's posterior after training is approximated by their fitted rows
 and the diagonal Laplace (or variational) variances the posterior keeps: N(raw row, var) per entry of every

@@ -32,6 +32,18 @@ where every item had one rating, every held-out rating was of an unseen item, an
 drove c to its lower bound, a noise of 0.022 in rating units against squared errors of 0.52. A new user who
 then rated one film 5 was predicted 4.87 for the others (the population of users and a noise of 0.5 say about
 4.3); with the fit's noise (0.70), 4.00.
+
+**MAP factors without held-out ratings** (no early stopping: by default from 200,000 ratings; from 1,000 where
+early stopping is switched off; not where it is on, which was not measured): the noise is what the training
+residuals leave, smaller than a new rating's error (a bias-only world of 300,000 generated ratings with noise 1:
+a training MSE of 0.881, 90 % coverage 0.888).
+:func:`leave_one_out_noise_scale` takes each training rating's error as if it were left out, e_n / (1 - h_n),
+with the leverage h_n = latent_n / noise_n (exact for a Gaussian linear model; here from the Laplace and GP
+variances), and scales the noise by the c that maximises their likelihood (their latent variance
+latent_n / (1 - h_n)); the trainer then sets the
+Laplace variances under the scaled noise (:func:`~.laplace.noise_scaled`). The diagonal leverages count less
+than the fit absorbs (their sum 5 % of the ratings there, against 12 %), so c corrects part of it: ML-1M 5-fold
+coverage 0.892 -> 0.901, NLL 1.1889 -> 1.1873; the bias world 0.883 -> 0.889.
 """
 from __future__ import annotations
 
@@ -52,6 +64,10 @@ SCALE_BOUND = 32.0
 #: the fewest held-out ratings of known levels the noise scale is read from (with fewer it is 1; the standard error
 #: of log c on 50 ratings is about 0.2)
 SCALE_MIN_KNOWN = 50
+#: the most training ratings whose leave-one-out errors set a MAP fit's noise scale (log c's standard error about 0.005)
+LOO_SAMPLE = 100_000
+#: the largest leverage h_n = latent_n / noise_n counted (a rating that alone sets its level's row)
+LEVERAGE_MAX = 0.9
 #: the shrinkage factors of the log-noise offsets searched (:func:`noise_calibration`)
 SHRINKS = torch.linspace(0.05, 2.0, 40, dtype=torch.float64)
 
@@ -159,6 +175,24 @@ def noise_scale(squared: Tensor, latent: Tensor, noise: Tensor, iterations: int 
         return 1.0
     scale = math.exp(float(_best_log_scale(squared, latent, noise.unsqueeze(0), iterations)[0][0]))
     return scale if math.isfinite(scale) else 1.0
+
+
+def leave_one_out_noise_scale(posterior: Any, index: Tensor, ratings: Tensor, generator: torch.Generator) -> float:
+    """The noise scale c of a MAP fit without held-out ratings, from its training ratings' approximate leave-one-out
+    errors (module docstring): on a seeded sample of at most ``LOO_SAMPLE`` of the training tuples ``index`` and
+    their ``ratings`` (standardised units), the c that maximises
+    sum_n log N(e_n / (1 - h_n) | 0, c noise_n + latent_n / (1 - h_n)), h_n = latent_n / noise_n (at most
+    ``LEVERAGE_MAX``): in a Gaussian linear model a left-out rating's error has variance noise_n / (1 - h_n), which
+    is c = 1 where the noise is right."""
+    n = index.shape[0]
+    if n > LOO_SAMPLE:
+        pick = torch.randperm(n, generator=generator, device=generator.device)[:LOO_SAMPLE].to(index.device)
+        index, ratings = index[pick], ratings[pick]
+    mean, latent, noise = posterior.standardised_moments(index)
+    mean, latent, noise = mean.double(), latent.double().clamp_min(0.0), noise.double()
+    leverage = (latent / noise).clamp(max=LEVERAGE_MAX)
+    errors = (ratings.to(mean) - mean) / (1.0 - leverage)
+    return noise_scale(errors * errors, latent / (1.0 - leverage), noise)
 
 
 def noise_calibration(squared: Tensor, latent: Tensor, base: Tensor, offset: Tensor | None,

@@ -80,3 +80,23 @@ def test_mixed_int_and_str_ids_give_each_pair_the_same_answer_whatever_else_is_a
     mean, var = algo.predict_dist((1, "a"), (10, "x"))  # tuples (and lists, arrays) hold several ids
     np.testing.assert_array_equal(mean, [algo.predict(1, 10, clip=False).est, algo.predict("a", "x", clip=False).est])
     assert var.shape == (2,)
+
+
+def test_tuple_ids_fit_and_a_tuple_is_one_id_where_the_training_ids_are_tuples():
+    """Tuple raw ids (e.g. (shop, customer)): fit checks them as ids, predict_dist reads a tuple as one id."""
+    from surprise import Dataset, Reader
+
+    from mogp_surprise import MWGP
+
+    df = pd.DataFrame({"user": [(1, "a"), (1, "a"), (2, "b")], "item": [(10, 0), (11, 1), (10, 0)],
+                       "rating": [1, 2, 3]})
+    ts = Dataset.load_from_df(df, Reader(rating_scale=(1, 5))).build_full_trainset()
+    algo = MWGP(n_epochs=1, random_state=0).fit(ts)  # (a 2-D array of tuples once broke the id check)
+    mean, var = algo.predict_dist((2, "b"), (11, 1))
+    assert isinstance(mean, float) and isinstance(var, float)
+    assert algo.predict((2, "b"), (11, 1), clip=False).est == mean
+    assert not algo.predict((2, "b"), (11, 1)).details["unknown_user"]
+    unseen = algo.predict_dist((9, "z"), (11, 1))  # an unseen tuple is one unseen id too
+    assert isinstance(unseen[0], float) and algo.predict((9, "z"), (11, 1)).details["unknown_user"]
+    both = algo.predict_dist([(2, "b"), (1, "a")], [(11, 1), (10, 0)])
+    assert both[0].shape == (2,) and both[0][0] == pytest.approx(mean, rel=1e-6)

@@ -141,3 +141,17 @@ def test_known_levels_add_their_estimation_variance_by_the_delta_method() -> Non
         for entry in term["tables"].values():
             entry.pop("laplace_var", None)
     np.testing.assert_array_equal(MWGPPosterior.from_state_dict(old).predict(pairs)[1], plain.predict(pairs)[1])
+
+
+def test_variances_under_a_scaled_noise_are_those_of_a_module_with_that_noise() -> None:
+    from mogp_surprise.core.laplace import noise_scaled
+
+    mod, index = _module(implicit=True)
+    before = laplace_variances(mod, index, JITTER)
+    mod.scale_noise(1.7)
+    after = laplace_variances(mod, index, JITTER)
+    scaled = noise_scaled(mod, before, 1.7)
+    assert set(scaled) == set(after)
+    for key in after:
+        torch.testing.assert_close(scaled[key], after[key], rtol=1e-9, atol=0)
+    assert any(bool((after[key] > before[key]).any()) for key in after)

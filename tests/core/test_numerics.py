@@ -79,3 +79,41 @@ def test_float32_and_float64_fits_agree_on_ml100k(ml100k):
         est = np.array([p.est for p in algo.fit(trainset).test(testset)])
         rmse[dtype] = float(np.sqrt(np.mean((est - y) ** 2)))
     assert abs(rmse["float32"] - rmse["float64"]) < 0.005, rmse
+
+
+def _equal_ratings():
+    rng = np.random.default_rng(0)
+    pairs = np.unique(np.stack([rng.integers(0, 40, 600), rng.integers(0, 20, 600)], 1), axis=0)[:375]
+    return pairs.astype(np.int64), np.full(len(pairs), 3.0), (40, 20)
+
+
+def test_a_model_that_float32_would_not_serve_exactly_is_kept_in_float64():
+    """Every rating 3: the GP is pinned down and its variance (the prior's less k M k, |M| ~ 1e5) loses all its
+    digits in float32 (a pair's variance 0.27 against 0.21): the fitted posterior stays float64."""
+    index, y, n_levels = _equal_ratings()
+    post = fit_mwgp(index, y, n_levels, MWGPConfig(random_state=0, device="cpu")).posterior
+    assert post.dtype == torch.float64
+    cast = post.to(dtype="float32")
+    grid = np.array([[u, i] for u in range(-1, 40) for i in range(-1, 20)])
+    exact, rounded = post.predict(grid)[1], cast.predict(grid)[1]
+    assert np.abs(rounded - exact).max() > 0.01 * exact.max()  # what float32 would have served
+    assert post.predict_pair((3, 4)) == pytest.approx(tuple(v[0] for v in post.predict(grid[[4 * 21 + 5]])),
+                                                      rel=1e-9)
+
+
+def test_rating_data_keep_the_faster_float32_model():
+    index, y, n_levels = _data("synthetic-1..5")
+    post = fit_mwgp(index, y, n_levels, MWGPConfig(random_state=0, device="cpu", **QUICK)).posterior
+    assert post.dtype == torch.float32
+
+
+def test_ratings_around_a_million_are_not_rounded_to_float32s_last_place():
+    """1e6 + N(0, 1): a float32 sum with the mean rounds to 1/16; the batched mean is the pair's to 1e-6."""
+    rng = np.random.default_rng(0)
+    index, y, n_levels = _data("synthetic-1..5")
+    y = 1e6 + rng.normal(0.0, 1.0, len(y))
+    post = fit_mwgp(index, y, n_levels, MWGPConfig(random_state=0, device="cpu", **QUICK)).posterior
+    mean = post.predict(index[:200])[0]
+    pairs = np.array([post.predict_pair(tuple(int(k) for k in row))[0] for row in index[:200]])
+    np.testing.assert_allclose(mean, pairs, rtol=0, atol=1e-3)
+    assert np.abs(mean - np.round(mean * 16) / 16).max() > 1e-3  # not on float32's grid of 1/16 there

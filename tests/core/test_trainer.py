@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -461,3 +462,26 @@ def test_the_n_inducing_warning_points_at_the_users_call() -> None:
     with pytest.warns(UserWarning, match="n_inducing=50 exceeds the number of training ratings") as record:
         fit_mwgp(_IDX, _Y, (5, 4), MWGPConfig(n_epochs=1, n_inducing=50, **ON_CPU))
     assert [w.filename for w in record if "n_inducing" in str(w.message)] == [__file__]
+
+
+def test_the_default_n_inducing_is_limited_to_small_data_without_a_warning() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = fit_mwgp(_IDX, _Y, (5, 4), MWGPConfig(n_epochs=1, **ON_CPU))
+    assert res.posterior.n_inducing == len(_Y)
+
+
+def test_level_counts_of_numpys_small_ints_fit_as_python_ints() -> None:
+    """pandas' category codes are int16 up to 32,767 levels: ``codes.max() + 1`` as ``n_levels`` overflowed
+    in products with the number of ratings (ML-1M: an OverflowError before training)."""
+    rng = np.random.default_rng(0)
+    n = 50_000  # where the neighbourhood term's "auto" multiplies the ratings by the items
+    index = np.stack([rng.integers(0, 300, n), rng.integers(0, 200, n)], 1)
+    y = rng.normal(3.0, 1.0, n)
+    config = MWGPConfig(n_epochs=1, n_inducing=8, early_stopping=False, batch_size=8192, random_state=0, **ON_CPU)
+    small = fit_mwgp(index, y, (np.int16(300), np.int16(200)), config).posterior
+    plain = fit_mwgp(index, y, (300, 200), config).posterior
+    assert small.n_levels == (300, 200) and all(type(n) is int for n in small.n_levels)
+    np.testing.assert_array_equal(small.predict(index[:50])[0], plain.predict(index[:50])[0])
+    with pytest.raises(ValueError, match="`n_levels` must hold ints"):
+        fit_mwgp(index, y, (300.0, 200), config)
