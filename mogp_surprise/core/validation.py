@@ -36,14 +36,13 @@ then rated one film 5 was predicted 4.87 for the others (the population of users
 **MAP factors without held-out ratings** (no early stopping: by default from 200,000 ratings; from 1,000 where
 early stopping is switched off; not where it is on, which was not measured): the noise is what the training
 residuals leave, smaller than a new rating's error (a bias-only world of 300,000 generated ratings with noise 1:
-a training MSE of 0.881, 90 % coverage 0.888).
-:func:`leave_one_out_noise_scale` takes each training rating's error as if it were left out, e_n / (1 - h_n),
-with the leverage h_n = latent_n / noise_n (exact for a Gaussian linear model; here from the Laplace and GP
-variances), and scales the noise by the c that maximises their likelihood (their latent variance
-latent_n / (1 - h_n)); the trainer then sets the
-Laplace variances under the scaled noise (:func:`~.laplace.noise_scaled`). The diagonal leverages count less
-than the fit absorbs (their sum 5 % of the ratings there, against 12 %), so c corrects part of it: ML-1M 5-fold
-coverage 0.892 -> 0.901, NLL 1.1889 -> 1.1873; the bias world 0.883 -> 0.889.
+a training MSE of 0.881, 90 % coverage 0.888). :func:`leave_one_out_noise_scale` takes each training rating's
+error as if it were left out, e_n / (1 - h_n), with the leverage h_n = latent_n / noise_n (exact for a Gaussian
+linear model; here from the Laplace and GP variances), and scales the noise by the c that maximises their
+likelihood (their latent variance latent_n / (1 - h_n)); the trainer then sets the Laplace variances under the
+scaled noise (:func:`~.laplace.noise_scaled`). The diagonal leverages count less than the fit absorbs (their
+sum 5 % of the ratings there, against 12 %), so c corrects part of it: ML-1M 5-fold coverage 0.892 -> 0.901,
+NLL 1.1889 -> 1.1873; the bias world 0.883 -> 0.889.
 """
 from __future__ import annotations
 
