@@ -43,18 +43,22 @@ def variational_tables(module: MWGPModule) -> set[tuple[str, str]]:
             if spec.variance_of is not None}
 
 
+def _gauss_newton_tables(module: MWGPModule) -> list:
+    """(term, spec) of every table whose variance a Gauss-Newton pass forms (``laplace=True``, no variational
+    posterior of its own)."""
+    variational = variational_tables(module)
+    return [(term, spec) for term in module.terms for spec in term.direct_tables
+            if spec.laplace and (term.name, spec.name) not in variational]
+
+
 def noise_scaled(module: MWGPModule, laplace: LaplaceVariances, factor: float) -> LaplaceVariances:
     """The Laplace variances of ``laplace`` once every rating's noise variance is multiplied by ``factor``: each
     entry's data precision (1 / v - the prior's) divided by it, exactly; variational variances unchanged."""
-    variational = variational_tables(module)
     out = dict(laplace)
-    for term in module.terms:
-        for spec in term.direct_tables:
-            key = (term.name, spec.name)
-            prior = spec.prior_precision
-            if key in out and key not in variational and prior:
-                data = (1.0 / out[key] - prior).clamp_min(0.0)
-                out[key] = 1.0 / (data / factor + prior)
+    for term, spec in _gauss_newton_tables(module):
+        key, prior = (term.name, spec.name), spec.prior_precision
+        if prior:
+            out[key] = 1.0 / ((1.0 / out[key] - prior).clamp_min(0.0) / factor + prior)
     return out
 
 
@@ -67,9 +71,7 @@ def laplace_variances(module: MWGPModule, index: Tensor, jitter: float, chunk_si
         terms = module.gp.whitened_terms(jitter)
         tables = {key: t.detach() for key, t in module.effective_tables().items()}
         kernel, z, w = module.gp.kernel(), module.gp.inducing.detach(), terms.w
-    variational = variational_tables(module)
-    wanted = [(term, spec) for term in module.terms for spec in term.direct_tables
-              if spec.laplace and (term.name, spec.name) not in variational]
+    wanted = _gauss_newton_tables(module)
     prec = {(term.name, spec.name): torch.zeros_like(tables[(term.name, spec.name)]) for term, spec in wanted}
     sources = [(index, training)] + ([] if extra is None else [(extra, False)])
     for source, in_order in sources:

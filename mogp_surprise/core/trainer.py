@@ -95,7 +95,7 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
             warnings.warn(f"n_inducing={config.n_inducing} exceeds the number of training ratings ({index.shape[0]}); "
                           f"using {index.shape[0]} inducing points", UserWarning, stacklevel=caller_stacklevel())
         config = config.replace(n_inducing=index.shape[0])
-    config = config.for_data(index.shape[0], tuple(n_levels))
+    config = config.for_data(index.shape[0], n_levels)
     ratings = ratings.astype(np.float64)
     rating_mean = float(ratings.mean())
     rating_std = float(ratings.std())
@@ -107,12 +107,12 @@ def fit_mwgp(index: np.ndarray, ratings: np.ndarray, n_levels: tuple[int, ...],
     batch = config.resolved_batch_size(n)
 
     if parallel is not None and parallel.world_size > 1:
-        parallel.check_same_data(idx_t, y_t, tuple(n_levels), config.random_state)
+        parallel.check_same_data(idx_t, y_t, n_levels, config.random_state)
     else:
         parallel = None
     saver = None
     if checkpointing is not None:
-        saver = _Saver(checkpointing, ckpt.fingerprint(config, index, ratings, tuple(n_levels)),
+        saver = _Saver(checkpointing, ckpt.fingerprint(config, index, ratings, n_levels),
                        parallel is None or parallel.is_main)
     resumed = saver.resume() if saver is not None else None
     if resumed is not None and "initial_generator" in resumed:  # the internal split drawn as before the break
