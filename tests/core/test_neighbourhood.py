@@ -359,6 +359,45 @@ def test_appended_users_have_a_graph_of_their_own(fitted):
     assert torch.equal(again["graph_keys"][rows == N_USERS + 1], extras["added_keys"][6:])
 
 
+def test_replaced_users_are_spliced_into_the_sorted_graph(fitted):
+    """Replacing users cuts each one's stretch out of the sorted keys and puts the new row there: the same graph as
+    removing their keys and sorting every key again (the way it was formed before), for several users at once, a
+    user folded in without answers kept, repeated items, and appended users' graph joined."""
+    rng = np.random.default_rng(11)
+    term = fitted.term("neighbourhood").term
+    base = fitted.term("neighbourhood").extras
+
+    def by_sorting(extras, rows, answers):
+        keys, residuals = extras["graph_keys"], extras["graph_residuals"]
+        if "added_keys" in extras:
+            keys, residuals = torch.cat([keys, extras["added_keys"]]), torch.cat([residuals, extras["added_residuals"]])
+        gone = torch.isin(keys // N_ITEMS, torch.as_tensor(rows))
+        new_keys, new_residuals = [keys[~gone]], [residuals[~gone]]
+        for place, given in zip(rows, answers):
+            if given is not None:
+                k, r = term._user_graph(torch.as_tensor(given[0]), torch.as_tensor(given[1]), extras, int(place))
+                new_keys.append(k)
+                new_residuals.append(r.to(residuals.dtype))
+        keys, order = torch.sort(torch.cat(new_keys), stable=True)
+        return keys, torch.cat(new_residuals)[order]
+
+    def answers(k, repeat=False):
+        items = rng.choice(N_ITEMS, k, replace=False).astype(np.int64)
+        if repeat:
+            items[-1] = items[0]
+        return items, rng.normal(size=k)
+
+    appended = base | term.extras_with_users(base, [answers(5), answers(4)], None, N_USERS)
+    cases = [(base, [3], [answers(6)]), (base, [0, N_USERS - 1, 17], [answers(3), None, answers(7, repeat=True)]),
+             (base, [21, 2], [answers(1), answers(9)]), (appended, [N_USERS + 1, 5], [answers(4), answers(2)]),
+             (appended, [N_USERS], [None])]
+    for extras, rows, given in cases:
+        got = term.extras_with_users(extras, given, np.asarray(rows), N_USERS)
+        keys, residuals = by_sorting(extras, rows, given)
+        assert "added_keys" not in got
+        assert torch.equal(got["graph_keys"], keys) and torch.equal(got["graph_residuals"], residuals)
+
+
 def test_one_pairs_part_in_one_step_is_its_inputs_and_combine(fitted, monkeypatch):
     """The one-pair serving path takes the term's part from one compiled call (``pair_combine`` for known levels,
     ``pair_part`` otherwise; both through ``_pair_moments``): the same as the pair inputs and ``combine`` (the path

@@ -229,35 +229,43 @@ class Neighbourhood(Term):
                           rows: np.ndarray | None, n_users: int) -> dict[str, Tensor]:
         """Appended users' graph rows go to a graph of their own (``added_keys``, ``added_residuals``), so that
         serving a new user does not copy the training graph (ML-1M: 1.6 ms a request); replaced users' rows are
-        merged into the one graph, which is sorted again."""
+        spliced into the one graph: a user's keys are one stretch of the sorted keys, so the stretch is cut out and
+        the new row, sorted, put in its place (the same graph as sorting every key again, without the sort of a
+        million keys: ML-1M, a known user's update and list 107 -> 35 ms)."""
         keys, residuals = extras["graph_keys"], extras["graph_residuals"]
-        if rows is None:  # appended users come after every known one, each sorted: their graph stays sorted
-            places = np.arange(n_users, n_users + len(answers))
-            new_keys, new_residuals = [extras.get("added_keys", keys[:0])], [extras.get("added_residuals",
-                                                                                        residuals[:0])]
-        else:
-            places = np.asarray(rows)
-            if "added_keys" in extras:  # the appended users' graph joins the one graph (their keys come last)
-                keys, residuals = torch.cat([keys, extras["added_keys"]]), torch.cat([residuals,
-                                                                                     extras["added_residuals"]])
-            # a replaced user's old entries go
-            gone = torch.isin(torch.div(keys, self.n_levels[1], rounding_mode="floor"),
-                              torch.as_tensor(places, device=keys.device))
-            new_keys, new_residuals = [keys[~gone]], [residuals[~gone]]
+        rows_of = {}  # place -> that user's new (sorted keys, residuals)
+        places = np.arange(n_users, n_users + len(answers)) if rows is None else np.asarray(rows)
         for place, given in zip(places, answers):
-            if given is None:
-                continue
-            rated = torch.as_tensor(np.asarray(given[0], dtype=np.int64), device=keys.device)
-            y = torch.as_tensor(np.asarray(given[1], dtype=np.float64), device=keys.device)
-            k, r = self._user_graph(rated, y, extras, int(place))
-            new_keys.append(k)
-            new_residuals.append(r.to(residuals.dtype))
-        joined_keys, joined_residuals = torch.cat(new_keys), torch.cat(new_residuals)
-        if rows is None:
-            return {**extras, "added_keys": joined_keys, "added_residuals": joined_residuals}
-        joined_keys, order = torch.sort(joined_keys, stable=True)
+            if given is not None:
+                rated = torch.as_tensor(np.asarray(given[0], dtype=np.int64), device=keys.device)
+                y = torch.as_tensor(np.asarray(given[1], dtype=np.float64), device=keys.device)
+                k, r = self._user_graph(rated, y, extras, int(place))
+                rows_of[int(place)] = (k, r.to(residuals.dtype))
+        if rows is None:  # appended users come after every known one, each sorted: their graph stays sorted
+            new = [rows_of[int(p)] for p in places if int(p) in rows_of]
+            return {**extras, "added_keys": torch.cat([extras.get("added_keys", keys[:0])] + [k for k, _ in new]),
+                    "added_residuals": torch.cat([extras.get("added_residuals", residuals[:0])] + [r for _, r in new])}
+        if "added_keys" in extras:  # the appended users' graph joins the one graph (their keys come after its keys)
+            keys, residuals = torch.cat([keys, extras["added_keys"]]), torch.cat([residuals, extras["added_residuals"]])
+            if keys.numel() > 1 and not bool((keys[1:] >= keys[:-1]).all()):  # (not reached: kept sorted)
+                keys, order = torch.sort(keys, stable=True)
+                residuals = residuals[order]
+        n_items = self.n_levels[1]
+        order = np.sort(places)
+        bounds = torch.searchsorted(keys, torch.as_tensor(np.stack([order, order + 1], 1) * n_items,
+                                                          device=keys.device)).tolist()
+        key_parts, residual_parts, done = [], [], 0
+        for place, (low, high) in zip(order.tolist(), bounds):
+            key_parts.append(keys[done:low])
+            residual_parts.append(residuals[done:low])
+            if place in rows_of:
+                key_parts.append(rows_of[place][0])
+                residual_parts.append(rows_of[place][1])
+            done = high
+        key_parts.append(keys[done:])
+        residual_parts.append(residuals[done:])
         rest = {k: v for k, v in extras.items() if k not in ("added_keys", "added_residuals")}
-        return {**rest, "graph_keys": joined_keys, "graph_residuals": joined_residuals[order]}
+        return {**rest, "graph_keys": torch.cat(key_parts), "graph_residuals": torch.cat(residual_parts)}
 
 
 #: the fitted extras saved with the model (module docstring)
