@@ -160,7 +160,8 @@ class UserModelMixin:
         """The user's inner index (-1: new), all their (items, ratings), and where the new ones start when they
         update a known user's posterior (:func:`~..core.update.update_user`), else None: a known user's training
         ratings with ``ratings`` on top (a new rating of an item replaces the old one: then the user is folded in
-        again from all, as from a posterior that keeps no users' variances), or a new user's ``ratings``."""
+        again from all, as from a posterior that keeps no users' variances), or a new user's ``ratings``. A rating
+        the model holds already, with the same value, is no new rating (a client's retry changes nothing)."""
         from ..core.update import updatable
 
         items, values = check_fold_ratings(ratings, self._item_encoder().transform, *self._rating_range())
@@ -174,6 +175,7 @@ class UserModelMixin:
         if old_values is None:
             raise ValueError("this model was saved before fold-in existed and lacks its users' training "
                              "ratings; refit it to fold in users")
+        items, values = _not_held(old_items, old_values, items, values)
         keep = ~np.isin(old_items, items)
         split = old_items.size if keep.all() and updatable(self.posterior_, inner) else None
         return inner, np.concatenate([old_items[keep], items]).astype(np.int64), np.concatenate([old_values[keep],
@@ -348,4 +350,17 @@ def check_fold_ratings(ratings: Any, encode_items: Callable[[list], np.ndarray],
         raise ValueError(f"`ratings` rates item(s) {repeated[:5]} more than once; give each item one rating")
     return items.astype(np.int64), values
 
+
+def _not_held(old_items: np.ndarray, old_values: np.ndarray, items: np.ndarray, values: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """The (items, values) that the user's stored ratings do not hold already: a rating sent again with the value the
+    model holds (every stored rating of that item equal to it) is dropped, so that it neither counts twice nor, as a
+    changed rating would, folds the user in again from all their ratings (ML-1M user 1: an identical retry moved
+    their predictions by up to 0.28)."""
+    if not items.size or not old_items.size:
+        return items, values
+    held = np.zeros(items.size, dtype=bool)
+    for k in np.nonzero(np.isin(items, old_items))[0]:
+        held[k] = bool((old_values[old_items == items[k]] == values[k]).all())
+    return items[~held], values[~held]
 

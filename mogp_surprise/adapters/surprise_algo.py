@@ -302,17 +302,27 @@ def _with_user_ratings(ts: Trainset, uid: Any, row: int, items: np.ndarray, valu
         users[uid] = row
         n_users = row + 1
     old = ur.get(row, [])
-    for i, _ in old:
-        ir[i] = [(u, r) for u, r in ir[i] if u != row]
     ur[row] = list(zip(items.tolist(), values.tolist()))
-    for i, r in ur[row]:
-        ir[i] = [*ir.get(i, []), (row, r)]
+    # only the items whose ratings by the user changed get new rater lists (an item's list is as long as its raters:
+    # rebuilding those of every item a heavy user rated took 0.36 s on ML-1M)
+    before, after = _ratings_by_item(old), _ratings_by_item(ur[row])
+    for i in set(before) | set(after):
+        if before.get(i) != after.get(i):
+            ir[i] = [*((u, r) for u, r in ir.get(i, []) if u != row), *((row, r) for r in after.get(i, []))]
     n_ratings = ts.n_ratings - len(old) + len(ur[row])
     new = Trainset(ur, ir, n_users, ts.n_items, n_ratings, ts.rating_scale, users, ts._raw2inner_id_items)
     new._inner2raw_id_items = ts._inner2raw_id_items  # (Surprise builds it at the first to_raw_iid, id by id)
     if row < ts.n_users:  # the users' too; a new user's is built again when asked for (this code never does)
         new._inner2raw_id_users = ts._inner2raw_id_users
     return new
+
+
+def _ratings_by_item(ratings: list) -> dict:
+    """A user's (item, rating) list as item -> that item's ratings, in order."""
+    out: dict = {}
+    for i, r in ratings:
+        out.setdefault(i, []).append(r)
+    return out
 
 
 def _rebuild_trainset(raw_users: list, raw_items: list, index: np.ndarray, ratings: np.ndarray,

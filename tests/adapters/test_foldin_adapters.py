@@ -109,6 +109,62 @@ def test_a_known_user_is_updated_by_the_new_ratings(algo):
 
 
 @pytest.mark.parametrize("adapter", ["algo", "est"])
+def test_a_rating_sent_again_with_the_value_held_changes_nothing(adapter, request):
+    """A client's retry: a stored rating sent again with its value (a training rating, or a new one stored before) is
+    no new rating; it neither counts twice nor folds the user in again (which moved ML-1M user 1's predictions by up
+    to 0.28). Sent with another value it replaces the old one; with a new item beside it, only the new item counts."""
+    model = copy.deepcopy(request.getfixturevalue(adapter))
+    uid, items = "u20", [f"i{k}" for k in range(80)]
+    trained = dict(_pairs(request.getfixturevalue("split")[0].query("user == @uid")))
+    old_item, old_value = next(iter(trained.items()))
+    unrated = [i for i in items if i not in trained]
+    def dist():
+        if adapter == "est":
+            return np.stack(model.predict_dist(pd.DataFrame({"user": [uid] * 80, "item": items})))
+        return np.stack(model.predict_dist([uid] * 80, items))
+
+    before = dist()
+    for ratings in ({old_item: old_value}, {old_item: float(old_value), unrated[0]: 4.0}):
+        expected = copy.deepcopy(model).fold_in(uid, {k: v for k, v in ratings.items() if k != old_item})
+        pd.testing.assert_frame_equal(model.recommend(uid, n=10, ratings=ratings),
+                                      expected.recommend(uid, n=10))
+    np.testing.assert_array_equal(dist(), before)  # (what-ifs store nothing)
+    model.fold_in(uid, {old_item: old_value})
+    np.testing.assert_array_equal(dist(), before)
+    model.fold_in(uid, {unrated[0]: 4.0})
+    once = dist()
+    assert np.abs(once - before).max() > 0.01
+    model.fold_in(uid, {unrated[0]: 4.0})  # the retry
+    np.testing.assert_array_equal(dist(), once)
+    model.fold_in(uid, {unrated[0]: 2.0})  # a changed rating: folded in again, and the new value counts
+    assert dist()[0, items.index(unrated[0])] < once[0, items.index(unrated[0])] - 0.01
+
+
+def test_storing_a_known_users_rating_copies_only_the_rater_lists_it_changes(algo):
+    """The trainset of a stored fold-in is a copy whose item -> raters lists change only where the user's ratings
+    of the item changed (the lists of every item a heavy user rated were rebuilt: 0.36 s on ML-1M): the same
+    ratings as a trainset built from scratch, the unchanged lists shared with the trainset before."""
+    model = copy.deepcopy(algo)
+    ts = model.trainset
+    uid = ts.to_raw_uid(5)
+    rated = {ts.to_raw_iid(i): r for i, r in ts.ur[5]}
+    changed, kept = list(rated)[0], list(rated)[1:]
+    unrated = next(ts.to_raw_iid(i) for i in range(ts.n_items) if ts.to_raw_iid(i) not in rated)
+    model.fold_in(uid, {unrated: 5.0, changed: 1.0 if rated[changed] != 1.0 else 2.0})
+    new = model.trainset
+    for name in kept:
+        assert new.ir[new.to_inner_iid(name)] is ts.ir[ts.to_inner_iid(name)]
+    for name in (changed, unrated):
+        assert new.ir[new.to_inner_iid(name)] is not ts.ir.get(ts.to_inner_iid(name))
+    by_item: dict = {}
+    for u, ratings in new.ur.items():
+        for i, r in ratings:
+            by_item.setdefault(i, []).append((u, r))
+    assert {i: sorted(v) for i, v in by_item.items()} == {i: sorted(v) for i, v in new.ir.items() if v}
+    assert new.n_ratings == ts.n_ratings + 1 == sum(len(v) for v in new.ur.values())
+
+
+@pytest.mark.parametrize("adapter", ["algo", "est"])
 def test_a_known_user_with_no_new_ratings_is_served_as_without_ratings(adapter, request):
     model = request.getfixturevalue(adapter)
     uid = "u20"
