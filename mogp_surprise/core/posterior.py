@@ -25,8 +25,8 @@ from .precision import rating_scale, serving_dtype
 from .predictive import catalogue_moments, predictive_moments
 from .sampling import catalogue_draw, weight_sampler
 from .serving import pair_predictor
-from .state import (FittedTable, FittedTerm, FoldedUser, PosteriorState, check_folded_users, map_reusing,
-                    shared_part)
+from .state import (FittedTable, FittedTerm, FoldedUser, PosteriorState, check_folded_users, check_user_rows,
+                    map_reusing, shared_part)
 
 
 class MWGPPosterior:
@@ -204,7 +204,7 @@ class MWGPPosterior:
         """Like :meth:`with_extra_users`, but the folded-in users overwrite the user rows ``rows`` (e.g. a
         known user re-folded with extra ratings keeps their index)."""
         n_users = self.n_levels[0] if self.n_factors == 2 else 0
-        return self._with_user_rows(users, _check_rows(rows, n_users, len(users)))
+        return self._with_user_rows(users, check_user_rows(rows, n_users, len(users)))
 
     def _with_user_rows(self, users: Sequence[FoldedUser], rows: np.ndarray | None) -> "MWGPPosterior":
         users = list(users)
@@ -247,6 +247,9 @@ class MWGPPosterior:
         memo = self.__dict__.get("_float64", self.__dict__.get("_float64_of"))
         if memo is not None:  # its pair path converts only the tables that changed (pair_path)
             post._float64_of = shared_part(memo, post.state)
+        basis = self.__dict__.get("_pair_basis", self.__dict__.get("_pair_basis_of"))
+        if basis is not None:  # nor forms the float64 psi or checks the terms again
+            post._pair_basis_of = basis
         return post
 
     # -- prediction -----------------------------------------------------------------------------------------
@@ -313,11 +316,13 @@ class MWGPPosterior:
         """:meth:`predict_pair`'s path (a :class:`~.serving.PairPredictor`, built once); None if a term needs torch."""
         predictor = self.__dict__.get("_pair_predictor", False)
         if predictor is False:  # in float64 whatever the posterior's dtype (module docstring of .serving)
-            exact = self
+            exact, basis = self, self.__dict__.pop("_pair_basis_of", None)  # (a fold-in's: its source's psi, check)
             if self.dtype != torch.float64:  # a fold-in's posterior converts only what it changed (state.map_reusing)
                 state, self._float64 = map_reusing(self.state, _cpu_float64, self.__dict__.pop("_float64_of", None))
-                exact = MWGPPosterior(state)
-            predictor = self._pair_predictor = pair_predictor(exact.state, exact.psi, exact._standardised_one)
+                exact = MWGPPosterior(state, _psi=None if basis is None else basis[0])
+            check = exact._standardised_one if basis is None else basis[1]
+            predictor = self._pair_predictor = pair_predictor(exact.state, exact.psi, check) if check else None
+            self._pair_basis = (exact.psi, predictor is not None)
         return predictor
 
     def _standardised_one(self, index: tuple[int, ...]) -> tuple[Tensor, Tensor, Tensor]:
@@ -372,20 +377,6 @@ class MWGPPosterior:
     def noise_var_at(self, index: Tensor) -> Tensor:
         """Expected noise variance E[sigma_n^2] of each index tuple (standardised units), shape (n,)."""
         return self.standardised_moments(index)[2]
-
-
-def _check_rows(rows, n_users: int, n_given: int) -> np.ndarray:
-    """Validated user rows (int64) for :meth:`MWGPPosterior.with_replaced_users`."""
-    rows = np.asarray(rows)
-    if rows.ndim != 1 or (rows.size and not np.issubdtype(rows.dtype, np.integer)):
-        raise ValueError(f"`rows` must be a 1-d array of user indices, got {rows!r}")
-    if rows.size and (rows.min() < 0 or rows.max() >= n_users):
-        raise ValueError(f"`rows` must lie in [0, {n_users}), got range [{rows.min()}, {rows.max()}]")
-    if np.unique(rows).size != rows.size:
-        raise ValueError("`rows` must not repeat a user")
-    if n_given != rows.size:
-        raise ValueError(f"`rows` has {rows.size} entries but {n_given} users were given")
-    return rows.astype(np.int64)
 
 
 def _available(name: str) -> torch.device:

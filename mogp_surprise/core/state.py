@@ -273,3 +273,17 @@ def check_folded_users(state: "PosteriorState", users: list) -> None:
             if not np.allclose(u.model, fingerprint, rtol=1e-5, atol=1e-8):
                 raise ValueError(f"`users[{n}]` was folded in with another model (its GP differs); fold the user in "
                                  "with this posterior")
+
+
+def check_user_rows(rows, n_users: int, n_given: int) -> np.ndarray:
+    """Validated user rows (int64) for :meth:`MWGPPosterior.with_replaced_users`."""
+    rows = np.asarray(rows)
+    if rows.ndim != 1 or (rows.size and not np.issubdtype(rows.dtype, np.integer)):
+        raise ValueError(f"`rows` must be a 1-d array of user indices, got {rows!r}")
+    if rows.size and (rows.min() < 0 or rows.max() >= n_users):
+        raise ValueError(f"`rows` must lie in [0, {n_users}), got range [{rows.min()}, {rows.max()}]")
+    if np.unique(rows).size != rows.size:
+        raise ValueError("`rows` must not repeat a user")
+    if n_given != rows.size:
+        raise ValueError(f"`rows` has {rows.size} entries but {n_given} users were given")
+    return rows.astype(np.int64)
