@@ -160,9 +160,10 @@ class UserModelMixin:
         """The user's inner index (-1: new), all their (items, ratings), and where the new ones start when they
         update a known user's posterior (:func:`~..core.update.update_user`), else None: a known user's training
         ratings with ``ratings`` on top (a new rating of an item replaces the old one: then the user is folded in
-        again from all, as from a posterior that keeps no users' variances), or a new user's ``ratings``. A rating
+        again from all, as from a posterior that keeps no users' variances or a user stored by a fold-in), or a new
+        user's ``ratings``. A rating
         the model holds already, with the same value, is no new rating (a client's retry changes nothing)."""
-        from ..core.update import updatable
+        from ..core.update import folded, updatable
 
         items, values = check_fold_ratings(ratings, self._item_encoder().transform, *self._rating_range())
         encoder = self._user_encoder()
@@ -177,7 +178,9 @@ class UserModelMixin:
                              "ratings; refit it to fold in users")
         items, values = _not_held(old_items, old_values, items, values)
         keep = ~np.isin(old_items, items)
-        split = old_items.size if keep.all() and updatable(self.posterior_, inner) else None
+        post = self.posterior_  # (a stored new user is folded in again from all: in any order the same user)
+        split = old_items.size if not items.size or (keep.all() and updatable(post, inner)
+                                                     and not folded(post, inner)) else None
         return inner, np.concatenate([old_items[keep], items]).astype(np.int64), np.concatenate([old_values[keep],
                                                                                                  values]), split
 

@@ -19,7 +19,9 @@ from torch import Tensor
 from .gp import FittedGP
 from .terms import Table, Term, term_class
 
-#: the saved format of a posterior (1: mogp_surprise 0.1, positional and untyped; 2: terms as components)
+#: the saved format of a posterior (1: mogp_surprise 0.1, positional and untyped; 2: terms as components). Optional
+#: entries of format 2, absent from files written before them and read as None: ``cold_users``, ``folded_users``
+#: (since 2026-12-02; a reader before it serves those users as trained ones, updating them)
 FORMAT_VERSION = 2
 _GP_FIELDS = ("inducing", "lengthscale", "outputscale", "w", "M")
 
@@ -109,6 +111,10 @@ class PosteriorState:
     #: user rows predicted exactly as an unseen user (folded-in users with 0 ratings); None: none
     cold_users: Tensor | None = None
     chunk_size: int = 65536
+    #: user rows that hold fold-in's posterior from the population prior (stored new users, or users folded in again
+    #: from all their ratings), not training's: their next ratings fold them in again from all (:mod:`.update`);
+    #: None: none
+    folded_users: Tensor | None = None
 
     @property
     def n_levels(self) -> tuple[int, ...]:
@@ -122,8 +128,10 @@ class PosteriorState:
         """A copy with ``fn`` applied to every tensor (numbers and the cold users' flags' dtype kept)."""
         gp = FittedGP(*(fn(getattr(self.gp, name)) for name in _GP_FIELDS), self.gp.input_width)
         cold = None if self.cold_users is None else fn(self.cold_users)
+        folded = None if self.folded_users is None else fn(self.folded_users)
         return replace(self, global_mean=fn(self.global_mean), noise_variance=fn(self.noise_variance), gp=gp,
-                       terms=[t.map(fn) for t in self.terms], cold_scale=fn(self.cold_scale), cold_users=cold)
+                       terms=[t.map(fn) for t in self.terms], cold_scale=fn(self.cold_scale), cold_users=cold,
+                       folded_users=folded)
 
     # -- the saved form ----------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -145,7 +153,8 @@ class PosteriorState:
                 "chunk_size": self.chunk_size, "global_mean": state.global_mean,
                 "noise_variance": state.noise_variance,
                 "gp": {**{name: getattr(state.gp, name) for name in _GP_FIELDS}, "input_width": state.gp.input_width},
-                "terms": terms, "cold_scale": state.cold_scale, "cold_users": state.cold_users}
+                "terms": terms, "cold_scale": state.cold_scale, "cold_users": state.cold_users,
+                **({} if state.folded_users is None else {"folded_users": state.folded_users})}
 
     @classmethod
     def from_dict(cls, state: dict[str, Any]) -> "PosteriorState":
@@ -172,7 +181,8 @@ class PosteriorState:
         gp = state["gp"]
         return cls(float(state["rating_mean"]), float(state["rating_std"]), state["global_mean"],
                    state["noise_variance"], FittedGP(*(gp[k] for k in _GP_FIELDS), int(gp["input_width"])), terms,
-                   state["cold_scale"], state.get("cold_users"), int(state.get("chunk_size", 65536)))
+                   state["cold_scale"], state.get("cold_users"), int(state.get("chunk_size", 65536)),
+                   state.get("folded_users"))
 
 
 def _fitted_term(entry: dict[str, Any]) -> FittedTerm:

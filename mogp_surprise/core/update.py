@@ -13,7 +13,7 @@ from .posterior import MWGPPosterior
 from .state import FoldedUser
 from .user_objective import context_for
 
-__all__ = ["update_user", "updatable"]
+__all__ = ["update_user", "updatable", "folded"]
 
 
 def update_user(posterior: MWGPPosterior, user: int, items: np.ndarray, ratings: np.ndarray, rated_items: np.ndarray,
@@ -59,3 +59,15 @@ def update_user(posterior: MWGPPosterior, user: int, items: np.ndarray, ratings:
 def updatable(posterior: MWGPPosterior, user: int) -> bool:
     """Whether :func:`update_user` can update user row ``user`` of ``posterior``."""
     return context_for(posterior).priors.updatable(int(user))
+
+
+def folded(posterior: MWGPPosterior, user: int) -> bool:
+    """Whether user row ``user`` holds fold-in's posterior from the population prior (a user stored by a fold-in, or
+    folded in again from all their ratings) rather than training's. Such a user's next ratings are best folded in
+    again with all their ratings (:func:`~.foldin.fold_in`, ``init_user``): that is fold-in's answer for those
+    ratings whatever order they came in, where an update starts from the diagonal of the posterior the earlier
+    ones left (on ML-1M, 20 ratings of a new user stored one at a time moved the user's catalogue by 0.13 on
+    average against all at once, 0.17 between two orders)."""
+    flags = posterior.state.folded_users
+    return flags is not None and bool(flags[int(user)])
+

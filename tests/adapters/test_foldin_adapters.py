@@ -140,6 +140,33 @@ def test_a_rating_sent_again_with_the_value_held_changes_nothing(adapter, reques
     assert dist()[0, items.index(unrated[0])] < once[0, items.index(unrated[0])] - 0.01
 
 
+@pytest.mark.parametrize("adapter", ["algo", "est"])
+def test_a_new_users_ratings_stored_one_at_a_time_make_the_user_all_at_once_makes(adapter, request, tmp_path):
+    """A stored new user holds fold-in's posterior: their next ratings fold them in again from all their ratings, so
+    that the order the ratings came in does not matter (an update from the diagonal of the posterior each rating left
+    moved ML-1M users by 0.13 on average, 0.17 between two orders); the flag survives a save."""
+    model = copy.deepcopy(request.getfixturevalue(adapter))
+    items = [f"i{k}" for k in range(80)]
+    ratings = {f"i{k}": float(1 + k % 5) for k in range(0, 80, 7)}
+    model.fold_in("all", ratings)
+    for pairs in (list(ratings.items()), list(reversed(ratings.items()))):
+        name = f"one by one {pairs[0][0]}"
+        for pair in pairs:
+            model.fold_in(name, dict([pair]))
+        if adapter == "est":
+            got = [np.stack(model.predict_dist(pd.DataFrame({"user": [u] * 80, "item": items}))) for u in ("all", name)]
+        else:
+            got = [np.stack(model.predict_dist([u] * 80, items)) for u in ("all", name)]
+        np.testing.assert_allclose(got[1][0], got[0][0], rtol=0, atol=0.005)  # (before: up to 0.044)
+        np.testing.assert_allclose(got[1][1], got[0][1], rtol=0.02, atol=0)  # (before: up to 8 %)
+    path = tmp_path / "model.pt"
+    model.save(str(path))
+    again = type(model).load(str(path))
+    for m in (model, again):
+        m.fold_in("all", {"i1": 5.0})
+    np.testing.assert_array_equal(model.recommend("all", n=10)["mean"], again.recommend("all", n=10)["mean"])
+
+
 def test_storing_a_known_users_rating_copies_only_the_rater_lists_it_changes(algo):
     """The trainset of a stored fold-in is a copy whose item -> raters lists change only where the user's ratings
     of the item changed (the lists of every item a heavy user rated were rebuilt: 0.36 s on ML-1M): the same
