@@ -266,7 +266,8 @@ def test_the_term_changes_the_predictions_of_known_pairs(fitted):
     mean, _ = fitted.predict(index)
     state = fitted.state
     term = state.term("neighbourhood")
-    zero = {**term.extras, "graph_keys": term.extras["graph_keys"][:0], "graph_residuals": term.extras["graph_residuals"][:0]}
+    zero = {**term.extras, "graph_keys": term.extras["graph_keys"][:0],
+            "graph_residuals": term.extras["graph_residuals"][:0]}
     from dataclasses import replace
 
     terms = [replace(t, extras=zero) if t.name == "neighbourhood" else t for t in state.terms]
