@@ -161,8 +161,8 @@ class UserModelMixin:
         update a known user's posterior (:func:`~..core.update.update_user`), else None: a known user's training
         ratings with ``ratings`` on top (a new rating of an item replaces the old one: then the user is folded in
         again from all, as from a posterior that keeps no users' variances or a user stored by a fold-in), or a new
-        user's ``ratings``. A rating
-        the model holds already, with the same value, is no new rating (a client's retry changes nothing)."""
+        user's ``ratings``. A rating the model holds already, with the same value, is no new rating (a client's
+        retry changes nothing)."""
         from ..core.update import folded, updatable
 
         items, values = check_fold_ratings(ratings, self._item_encoder().transform, *self._rating_range())
@@ -187,9 +187,10 @@ class UserModelMixin:
     def _folded(self, user: Any, ratings: Any) -> tuple[MWGPPosterior, int, np.ndarray, np.ndarray]:
         """The posterior with one user's ratings folded in, the user's row, and all the user's (items, ratings).
 
-        A known user's posterior is updated by ``ratings`` in their own row (no ratings: the user as fitted), or,
-        where ``ratings`` change a rating or the posterior keeps no variances of its users, the user is folded in
-        again from all their ratings, starting from their fitted values; a new user gets a new row.
+        A known user's posterior is updated by ``ratings`` in their own row (no new ratings: the user as stored), or,
+        where ``ratings`` change a rating, the posterior keeps no variances of its users or the user was stored by a
+        fold-in, the user is folded in again from all their ratings, starting from their stored values; a new user
+        gets a new row.
         """
         from ..core.foldin import fold_in
         from ..core.update import update_user

@@ -231,7 +231,7 @@ class Neighbourhood(Term):
         serving a new user does not copy the training graph (ML-1M: 1.6 ms a request); replaced users' rows are
         spliced into the one graph: a user's keys are one stretch of the sorted keys, so the stretch is cut out and
         the new row, sorted, put in its place (the same graph as sorting every key again, without the sort of a
-        million keys: ML-1M, a known user's update and list 107 -> 35 ms)."""
+        million keys: ML-1M, a known user's 3 new ratings and their list 82-97 -> 20-25 ms)."""
         keys, residuals = extras["graph_keys"], extras["graph_residuals"]
         rows_of = {}  # place -> that user's new (sorted keys, residuals)
         places = np.arange(n_users, n_users + len(answers)) if rows is None else np.asarray(rows)
