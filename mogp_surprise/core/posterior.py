@@ -239,10 +239,11 @@ class MWGPPosterior:
                 tables[spec.name] = replace(old, values=put(old.values, [u.rows[key] for u in users]),
                                             laplace_var=variance)
             terms.append(replace(fitted, tables=tables))
-        flags = [self.state.cold_users, self.state.folded_users]
-        cold, folded = (put(torch.zeros(self.n_levels[0], dtype=torch.bool, device=self.device) if old is None else old,
-                            values) for old, values in zip(flags, ([int(u.n_ratings) == 0 for u in users],
-                                                                  [not getattr(u, "updated", False) for u in users])))
+        def flags(old: Tensor | None, values: list) -> Tensor:  # a per-user flag with the users' values put in
+            return put(torch.zeros(self.n_levels[0], dtype=torch.bool, device=self.device) if old is None else old,
+                       values)
+        cold = flags(self.state.cold_users, [int(u.n_ratings) == 0 for u in users])
+        folded = flags(self.state.folded_users, [not getattr(u, "updated", False) for u in users])
         # the GP and the unseen levels' populations are unchanged: their kernel expectations too (1.2 ms on ML-1M)
         post = MWGPPosterior(replace(self.state, terms=terms, cold_users=cold, folded_users=folded), _psi=self.psi)
         memo = self.__dict__.get("_float64", self.__dict__.get("_float64_of"))

@@ -245,11 +245,9 @@ class Neighbourhood(Term):
             new = [rows_of[int(p)] for p in places if int(p) in rows_of]
             return {**extras, "added_keys": torch.cat([extras.get("added_keys", keys[:0])] + [k for k, _ in new]),
                     "added_residuals": torch.cat([extras.get("added_residuals", residuals[:0])] + [r for _, r in new])}
-        if "added_keys" in extras:  # the appended users' graph joins the one graph (their keys come after its keys)
+        if "added_keys" in extras:  # the appended users' graph joins the one graph: appended after every user of
+            # the one graph (whose users were all known when they were appended), their keys come after its keys
             keys, residuals = torch.cat([keys, extras["added_keys"]]), torch.cat([residuals, extras["added_residuals"]])
-            if keys.numel() > 1 and not bool((keys[1:] >= keys[:-1]).all()):  # (not reached: kept sorted)
-                keys, order = torch.sort(keys, stable=True)
-                residuals = residuals[order]
         n_items = self.n_levels[1]
         order = np.sort(places)
         bounds = torch.searchsorted(keys, torch.as_tensor(np.stack([order, order + 1], 1) * n_items,
