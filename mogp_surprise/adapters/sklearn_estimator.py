@@ -16,6 +16,7 @@ from ..core.errors import caller_stacklevel
 from ..core.trainer import fit_mwgp
 from ._common import (PARAMS_DOC, HyperParamsMixin, IdEncoder, check_id_column, encode_ids, plain_id,
                       store_lock)
+from ._rated import item_counts, rated_pairs, rated_rows, user_rated, with_user_rated
 from ._users import UserModelMixin
 from .persistence import check_loadable_ids, load_model, save_model
 
@@ -68,7 +69,7 @@ class MWGPRegressor(HyperParamsMixin, UserModelMixin, RegressorMixin, BaseEstima
         encoders = [enc for enc, _ in fitted]
         index = np.stack([codes for _, codes in fitted], axis=1)
         result = fit_mwgp(index, y, tuple(enc.n_levels for enc in encoders), config)
-        rated = _rated_items(index, y, encoders[0].n_levels) if len(columns) == 2 else None
+        rated = rated_rows(index[:, 0], index[:, 1], y, encoders[0].n_levels) if len(columns) == 2 else None
         # the fitted state replaced whole, after the fit: a refit that fails (diverged, interrupted) leaves the model
         # as it was, not the new ids with the old posterior (which served one user's answers to another)
         with store_lock(self):
@@ -152,35 +153,22 @@ class MWGPRegressor(HyperParamsMixin, UserModelMixin, RegressorMixin, BaseEstima
         return self.encoders_[1].classes_.to_numpy()
 
     def _known_ratings(self, user: int) -> tuple[np.ndarray, np.ndarray | None]:
-        indptr, rated, rated_values = self._rated  # no values in files written before fold-in existed
-        lo, hi = indptr[user], indptr[user + 1]
-        return rated[lo:hi], None if rated_values is None else rated_values[lo:hi]
+        return user_rated(self._rated, user)  # no ratings in files written before fold-in existed
 
     def _rating_range(self) -> tuple[tuple[float, float] | None, str]:
         return getattr(self, "rating_range_", None), "the range of the training ratings"
 
     def _item_counts(self) -> np.ndarray:
-        return np.bincount(self._rated[1], minlength=self.encoders_[1].n_levels)
+        return item_counts(self._rated, self.encoders_[1].n_levels)
 
     def _rated_source(self) -> Any:
         return self._rated
 
     def _rated_pairs(self) -> tuple[np.ndarray, np.ndarray, int, int]:
-        indptr, rated = self._rated[0], self._rated[1]
-        n_users = len(indptr) - 1
-        return (np.repeat(np.arange(n_users, dtype=np.int64), np.diff(indptr)), rated, n_users,
-                self.encoders_[1].n_levels)
+        return (*rated_pairs(self._rated), self.encoders_[1].n_levels)
 
     def _store_user(self, user: Any, row: int, items: np.ndarray, values: np.ndarray) -> None:
-        # the user's segment of the CSR arrays replaced (or appended): O(n_ratings) copies, no re-sort
-        indptr, rated, rated_values = self._rated
-        counts = np.diff(indptr)
-        lo, hi = (indptr[row], indptr[row + 1]) if row < len(counts) else (len(rated), len(rated))
-        counts = np.append(counts, 0) if row == len(counts) else counts
-        counts[row] = len(items)
-        self._rated = (np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
-                       np.concatenate([rated[:lo], items, rated[hi:]]).astype(np.int64),
-                       np.concatenate([rated_values[:lo], values, rated_values[hi:]]))
+        self._rated = with_user_rated(self._rated, row, items, values)
         users = self.encoders_[0]  # the id last: a reader finds the user's row and ratings once it finds the id
         if row >= users.n_levels:
             self.encoders_[0] = users.with_id(user)
@@ -243,14 +231,6 @@ class MWGPRegressor(HyperParamsMixin, UserModelMixin, RegressorMixin, BaseEstima
         # every value as a categorical id (each one a new level), so their R^2 bar does not apply
         tags.regressor_tags.poor_score = True
         return tags
-
-
-def _rated_items(index: np.ndarray, ratings: np.ndarray, n_users: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """CSR-style (indptr, item indices, ratings) of what each user rated: ``exclude_rated`` and fold-in."""
-    order = np.argsort(index[:, 0], kind="stable")
-    counts = np.bincount(index[:, 0], minlength=n_users)
-    return (np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), index[order, 1].astype(np.int64),
-            np.asarray(ratings, dtype=np.float64)[order])
 
 
 def _labels(names: list[str] | None, n: int) -> list[str]:

@@ -14,8 +14,8 @@ from ..core.checkpoint import Checkpointing
 from ..core.distributed import DataParallel
 from ..core.errors import check_bool
 from ..core.trainer import fit_mwgp
-from ._common import (PARAMS_DOC, HyperParamsMixin, check_id_column, id_array, plain_id, store_lock,
-                      trainset_arrays)
+from ._common import PARAMS_DOC, HyperParamsMixin, check_id_column, id_array, plain_id, store_lock
+from ._trainset import index_of, ratings_per_item, saved_trainset, user_ratings, who_rated_what, with_user_ratings
 from ._users import UserModelMixin
 from .persistence import check_loadable_ids, load_model, save_model
 from .predictive import PredictiveAlgo
@@ -97,7 +97,7 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
             raise ValueError("resume=True needs the checkpoint file to resume from: pass checkpoint=PATH")
         check_id_column("user", id_array([trainset.to_raw_uid(u) for u in range(trainset.n_users)]))
         check_id_column("item", id_array([trainset.to_raw_iid(i) for i in range(trainset.n_items)]))
-        index, ratings = trainset_arrays(trainset)
+        index, ratings = index_of(trainset)
         bad = ~np.isfinite(ratings)
         if bad.any():
             u, i = index[np.flatnonzero(bad)[0]]
@@ -121,7 +121,7 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
         self._check_fitted()
         with store_lock(self):  # one state: not half way through a fold-in of another thread
             ts = self.trainset
-            index, ratings = trainset_arrays(ts)
+            index, ratings = index_of(ts)
             users, items = ([plain_id(v) for v in enc.classes_.tolist()] for enc in self._encoders())
             check_loadable_ids("user", users)
             check_loadable_ids("item", items)
@@ -133,8 +133,8 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
     def load(cls, path, device=None) -> "MWGP":
         """Load a model written by :meth:`save` (``device``: where to put it; default CPU)."""
         algo, st = load_model(cls, path, device)
-        algo.trainset = _rebuild_trainset(st["raw_users"], st["raw_items"], st["index"].numpy(),
-                                          st["ratings"].numpy(), tuple(st["rating_scale"]))
+        algo.trainset = saved_trainset(st["raw_users"], st["raw_items"], st["index"].numpy(), st["ratings"].numpy(),
+                                       tuple(st["rating_scale"]))
         algo.bu = algo.bi = None
         return algo
 
@@ -261,77 +261,23 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
         return self._encoders()[1].classes_.to_numpy(dtype=object)
 
     def _known_ratings(self, user: int) -> tuple[np.ndarray, np.ndarray]:
-        block = np.asarray(self.trainset.ur[user], dtype=np.float64).reshape(-1, 2)
-        return block[:, 0].astype(np.int64), block[:, 1]
+        return user_ratings(self.trainset, user)
 
     def _rating_range(self) -> tuple[tuple[float, float], str]:
         return tuple(self.trainset.rating_scale), "the rating scale"
 
     def _item_counts(self) -> np.ndarray:
-        ir = self.trainset.ir
-        return np.array([len(ir.get(i, ())) for i in range(self.trainset.n_items)], dtype=np.int64)
+        return ratings_per_item(self.trainset)
 
     def _rated_source(self) -> Any:
         return self.trainset
 
     def _rated_pairs(self) -> tuple[np.ndarray, np.ndarray, int, int]:
-        ts = self.trainset
-        ur = [ts.ur.get(u, ()) for u in range(ts.n_users)]
-        users = np.repeat(np.arange(ts.n_users, dtype=np.int64), [len(r) for r in ur])
-        items = np.fromiter((i for r in ur for i, _ in r), dtype=np.int64, count=users.size)
-        return users, items, ts.n_users, ts.n_items
+        return who_rated_what(self.trainset)
 
     def _store_user(self, uid: Any, row: int, items: np.ndarray, values: np.ndarray) -> None:
         old, cached = self.trainset, self.__dict__.get("_id_encoders")
-        self.trainset = _with_user_ratings(old, uid, row, items, values)
+        self.trainset = with_user_ratings(old, uid, row, items, values)
         if cached is not None and cached[0] is old:  # the id maps follow the trainset, not rebuilt id by id
             users, item_ids = cached[1]
             self._id_encoders = (self.trainset, (users.with_id(uid) if row >= users.n_levels else users, item_ids))
-
-
-def _with_user_ratings(ts: Trainset, uid: Any, row: int, items: np.ndarray, values: np.ndarray) -> Trainset:
-    """A copy of ``ts`` in which user ``uid`` (inner ``row``, new or known) has exactly these ratings.
-
-    The caller's Trainset is never changed (it may be used to fit other algorithms); the copy shares
-    every other user's and item's rating list.
-    """
-    ur, ir = dict(ts.ur), dict(ts.ir)
-    users = dict(ts._raw2inner_id_users)
-    n_users = ts.n_users
-    if row >= n_users:
-        users[uid] = row
-        n_users = row + 1
-    old = ur.get(row, [])
-    ur[row] = list(zip(items.tolist(), values.tolist()))
-    # only the items whose ratings by the user changed get new rater lists (an item's list is as long as its raters:
-    # rebuilding those of every item a heavy user rated took 0.36 s on ML-1M)
-    before, after = _ratings_by_item(old), _ratings_by_item(ur[row])
-    for i in set(before) | set(after):
-        if before.get(i) != after.get(i):
-            ir[i] = [*((u, r) for u, r in ir.get(i, []) if u != row), *((row, r) for r in after.get(i, []))]
-    n_ratings = ts.n_ratings - len(old) + len(ur[row])
-    new = Trainset(ur, ir, n_users, ts.n_items, n_ratings, ts.rating_scale, users, ts._raw2inner_id_items)
-    new._inner2raw_id_items = ts._inner2raw_id_items  # (Surprise builds it at the first to_raw_iid, id by id)
-    if row < ts.n_users:  # the users' too; a new user's is built again when asked for (this code never does)
-        new._inner2raw_id_users = ts._inner2raw_id_users
-    return new
-
-
-def _ratings_by_item(ratings: list) -> dict:
-    """A user's (item, rating) list as item -> that item's ratings, in order."""
-    out: dict = {}
-    for i, r in ratings:
-        out.setdefault(i, []).append(r)
-    return out
-
-
-def _rebuild_trainset(raw_users: list, raw_items: list, index: np.ndarray, ratings: np.ndarray,
-                      rating_scale: tuple[float, float]) -> Trainset:
-    """The Surprise Trainset a model was fitted on, with the same inner ids."""
-    ur: dict[int, list] = {u: [] for u in range(len(raw_users))}
-    ir: dict[int, list] = {i: [] for i in range(len(raw_items))}
-    for (u, i), r in zip(index.tolist(), ratings.tolist()):
-        ur[u].append((i, r))
-        ir[i].append((u, r))
-    return Trainset(ur, ir, len(raw_users), len(raw_items), len(ratings), rating_scale,
-                    {raw: k for k, raw in enumerate(raw_users)}, {raw: k for k, raw in enumerate(raw_items)})
