@@ -90,6 +90,7 @@ import torch
 from torch import Tensor
 
 from .errors import NumericalError, check_finite_ratings, check_int
+from .lbfgs import minimize
 from .posterior import MWGPPosterior
 from .state import FoldedUser
 from .user_objective import PRIORS, FoldInContext, UserData, context_for
@@ -351,21 +352,18 @@ def _fold_state(ctx: FoldInContext, data: UserData, init: int | None, max_iter: 
         if expected_residuals:  # the variances of the ratings' means, at the start
             data = ctx.with_expected_residuals(data, start, at_start)
         whiten = _whitening(ctx, data, start, at_start[1]) if at_start is not None else None
-        param = torch.zeros_like(start) if whiten is not None else start.clone()
-        param.requires_grad_(True)
-        optimizer = torch.optim.LBFGS([param], lr=1.0, max_iter=max_iter, tolerance_grad=tol,
-                                      tolerance_change=1e-16, history_size=20, line_search_fn="strong_wolfe")
+        def value_and_gradient(x: np.ndarray) -> tuple[float, np.ndarray]:
+            param = torch.from_numpy(x).to(start.device).requires_grad_(True)
+            with torch.enable_grad():  # also when called under torch.no_grad()
+                loss = -ctx.objective(data, param if whiten is None else start + whiten @ param)
+                (grad,) = torch.autograd.grad(loss, param)
+            return float(loss.detach()), grad.cpu().numpy()
 
-        def closure() -> Tensor:
-            optimizer.zero_grad(set_to_none=True)
-            loss = -ctx.objective(data, param if whiten is None else start + whiten @ param)
-            loss.backward()
-            return loss
-
-        with torch.enable_grad():  # also when called under torch.no_grad()
-            optimizer.step(closure)
-        n_iter = int(optimizer.state[param].get("n_iter", 0))
-        theta = param.detach() if whiten is None else start + whiten @ param.detach()
+        x0 = np.zeros(start.numel()) if whiten is not None else start.detach().cpu().numpy()
+        found = minimize(value_and_gradient, x0, max_iter=max_iter, tol_grad=tol, tol_change=1e-16, history=20)
+        n_iter = found.n_iter
+        param = torch.from_numpy(found.x).to(start.device)
+        theta = param if whiten is None else start + whiten @ param
     with torch.no_grad():
         value = ctx.objective(data, theta)
         if data.n and not (torch.isfinite(theta).all() and torch.isfinite(value)):
