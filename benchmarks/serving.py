@@ -13,14 +13,18 @@ posterior inferred from 10 ratings, then the list; "known user, 3 new ratings" u
 by 3 ratings of items they have not rated (:mod:`mogp_surprise.core.update`), then the list. The last two rows
 store each new user in the model
 (``fold_in``), alone and followed by the requests after it (``--model`` of a model with many users shows what
-grows with them). Finally one-pair predictions are checked against
+grows with them). The command line's rows time a whole process (``mogp-surprise recommend --model M --user U``,
+with and without ``--rate`` of 10 ratings: Python, PyTorch's import, loading the model, one request; median of 5
+runs). Finally one-pair predictions are checked against
 the batched ``test`` of the same pairs (relative difference; the batched path is float32 by default,
 the one-pair path float64).
 """
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -100,6 +104,16 @@ def main(argv=None) -> dict:
         median, p99 = per_call(fn, k)
         scale, unit = (1e6, "us") if name.split()[0] in ("predict", "predict_dist", "SVD") else (1e3, "ms")
         rows.append({"call": name, "median": median * scale, "p99": p99 * scale, "unit": unit})
+    with tempfile.TemporaryDirectory() as tmp:
+        path = a.model if a.model else str(Path(tmp) / "model.pt")
+        if not a.model:
+            algo.save(path)
+        command = [sys.executable, "-m", "mogp_surprise.cli", "recommend", "--model", path, "--user", users[0]]
+        rate = ["--user", "cli-new", "--rate", *(f"{i}={r:g}" for i, r in folds[0].items())]
+        for name, args in (("command line: recommend n=10", command), ("command line: fold-in 10 + recommend n=10",
+                                                                      command[:-2] + rate)):
+            median, p99 = per_call(lambda j: subprocess.run(args, check=True, capture_output=True), 1 if a.quick else 5)
+            rows.append({"call": name, "median": median, "p99": p99, "unit": "s"})
     pairs = [(users[j], items[j], 0.0) for j in range(min(500, n_pairs))]
     batched = algo.test(pairs)
     one = [algo.predict(u, i) for u, i, _ in pairs]

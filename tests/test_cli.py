@@ -324,6 +324,19 @@ def test_the_parser_does_not_load_the_evaluation_stack():
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
 
 
+def test_a_serving_command_starts_neither_numba_nor_torchs_compiler(saved_model):
+    """One request per process: numba's start-up and the import of torch._dynamo (which any torch.optim optimiser
+    triggers) took 1 and 1.7 s of a command's 8-13 s on ML-1M; fold-in's optimiser is numpy's, the kernels unused."""
+    code = ("import sys; from mogp_surprise.cli import main; from mogp_surprise.core import optim; "
+            f"m = {str(saved_model)!r}; "
+            "codes = [main(['recommend', '--model', m, '--user', 'new', '--rate', '1=5', '2=3']), "
+            "main(['ask', '--model', m, '--user', '1', '--rate', '3=4']), "
+            "main(['predict', '--model', m, '--user', '1', '--item', '2'])]; "
+            "print(codes, optim._SERVE_COMPILED, sorted(x for x in ('numba', 'torch._dynamo') if x in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines()[-1] == "[0, 0, 0] True []"  # and the setting restored after each command
+
+
 def test_cli_ask_lists_questions_with_titles_and_folds_in_answers(saved_model, capsys):
     from mogp_surprise import MWGP
 

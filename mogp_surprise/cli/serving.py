@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import sys
 
@@ -107,6 +108,17 @@ def _parse_rates(algo, rates: list[str]) -> dict:
     return out
 
 
+def _one_request(command):
+    """A command that loads a model and answers one request: served without numba's kernels, whose start-up (about a
+    second) would cost more than they save here (:func:`~..core.optim.compiled_serving`)."""
+    @functools.wraps(command)
+    def run(args: argparse.Namespace) -> int:
+        from ..core.optim import compiled_serving
+        with compiled_serving(False):
+            return command(args)
+    return run
+
+
 def _model_and_user(args: argparse.Namespace):
     """The saved model, the user id as the model knows it, whether it is known, and the --rate ratings."""
     from ..adapters.surprise_algo import MWGP
@@ -117,6 +129,7 @@ def _model_and_user(args: argparse.Namespace):
     return algo, user, user in users, _parse_rates(algo, args.rate) if args.rate else None
 
 
+@_one_request
 def recommend_command(args: argparse.Namespace) -> int:
     from ..core.recommend import THOMPSON_SCALE
     algo, user, known, ratings = _model_and_user(args)
@@ -136,6 +149,7 @@ def recommend_command(args: argparse.Namespace) -> int:
     return 0
 
 
+@_one_request
 def ask_command(args: argparse.Namespace) -> int:
     algo, user, known, ratings = _model_and_user(args)
     frame = algo.ask(user, n=args.n, ratings=ratings)
@@ -165,6 +179,7 @@ def _print_rows(algo, frame, extra: tuple = ()) -> None:
         print("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip())
 
 
+@_one_request
 def predict_command(args: argparse.Namespace) -> int:
     import pandas as pd
 

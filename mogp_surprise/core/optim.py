@@ -25,6 +25,7 @@ on a GPU, by torch operations. Both are tested against a written-out reference.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import logging
@@ -112,10 +113,35 @@ def sparse_neighbours_kernel():
     return compiled("sparse_neighbours")
 
 
-@functools.cache
+_SERVE_COMPILED = True
+
+
+@contextlib.contextmanager
+def compiled_serving(enabled: bool):
+    """Within the block, whether serving uses numba's kernels (:mod:`.serving_kernel`) where numba is installed
+    (outside: yes).
+
+    They save a process that serves many requests milliseconds each, but the first request pays numba's start-up
+    (its import and its CPU target: about a second). A process that serves one request and exits (the command
+    line) is quicker without them; the answers are the same. A posterior reads this when its serving path is
+    built: models used after the block should be loaded after it."""
+    global _SERVE_COMPILED
+    before, _SERVE_COMPILED = _SERVE_COMPILED, bool(enabled)
+    try:
+        yield
+    finally:
+        _SERVE_COMPILED = before
+
+
 def serving_kernel(name: str):
     """The numba kernel ``name`` of :mod:`.serving_kernel` (one pair's or one user's predictive), or ``None``
-    (:func:`compiled`); looked up once per name: serving one pair counts a lookup's microseconds."""
+    (:func:`compiled`, or not wanted: :func:`compiled_serving`)."""
+    return _serving_kernel(name) if _SERVE_COMPILED else None
+
+
+@functools.cache
+def _serving_kernel(name: str):
+    # looked up once per name: serving one pair counts a lookup's microseconds
     return compiled(name, module=".serving_kernel")
 
 
