@@ -17,6 +17,25 @@ import threading
 
 import numba
 import numpy as np
+import torch
+
+
+def _start_pool() -> None:
+    """Start numba's thread pool now, keeping torch's thread count.
+
+    Starting it sets OpenMP's thread count of the process to numba's (every core): with numba's "omp" layer the
+    runtime is torch's own libgomp, and torch reads its thread count from it. So a user's
+    ``torch.set_num_threads(1)`` was undone by the first kernel call of the process: that fit and every later one
+    ran on 2 threads (the first differed from the same seeded fit run after it by up to 7e-4; beside another job,
+    epochs took 4-15 times as long). Started here, once, with torch's count restored after it.
+    """
+    threads = torch.get_num_threads()
+    numba.set_num_threads(numba.get_num_threads())  # (the first call starts the pool; later ones leave OpenMP alone)
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
+_start_pool()
 
 
 @contextlib.contextmanager

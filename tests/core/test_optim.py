@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import os
 
 import numpy as np
 import pytest
@@ -115,6 +116,22 @@ def test_row_adam_with_lazy_decay_matches_a_plain_reference_implementation(row_u
     assert missed_more_than_one
     for (name, a), (_, b) in zip(mod.named_parameters(), ref.named_parameters()):
         np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-10, atol=1e-13, err_msg=name)
+
+
+@pytest.mark.skipif(optim.row_kernel() is None, reason=NO_NUMBA)
+def test_numbas_kernels_keep_the_users_torch_thread_count():
+    """Starting numba's thread pool set OpenMP's thread count (torch's) to every core: a user's
+    torch.set_num_threads(1) was undone by the process's first kernel call (a fresh process: the pool starts once)."""
+    import subprocess
+    import sys
+
+    code = ("import numpy as np, torch; torch.set_num_threads(1); from mogp_surprise.core import optim; "
+            "row_adam = optim.row_kernel(); before = torch.get_num_threads(); "
+            "row_adam(np.zeros((4, 3)), np.zeros((4, 7)), np.arange(2), np.ones((2, 3)), 1, 0.1, 0.9, 0.999, 1e-8, "
+            "0.01, 1); import numba; print(before, torch.get_num_threads(), numba.get_num_threads() >= 1)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "NUMBA_NUM_THREADS": "2"}).stdout
+    assert out.split() == ["1", "1", "True"]
 
 
 def test_when_every_row_is_touched_every_step_sparse_and_dense_adam_agree():
