@@ -64,7 +64,7 @@ class UserModelMixin:
             return self._recommend_many([user], n, strategy, kappa, exclude_rated, random_state, with_user=False)
         from ..core.recommend import check_strategy
 
-        check_strategy(strategy, kappa, n, auto=True)  # before the fold-in's work
+        check_strategy(strategy, kappa, n, auto=True, warn_unused=True)  # before the fold-in's work
         check_bool("exclude_rated", exclude_rated)
         post, row, items, _ = self._folded(user, ratings)
         unchanged = row >= 0 and post is self.posterior_  # a known user without new ratings: as without `ratings`
@@ -75,7 +75,7 @@ class UserModelMixin:
                         random_state: Any = None, with_user: bool = True) -> pd.DataFrame:
         from ..core.recommend import check_strategy
 
-        check_strategy(strategy, kappa, n, auto=True)
+        check_strategy(strategy, kappa, n, auto=True, warn_unused=True)
         check_bool("exclude_rated", exclude_rated)
         users = _id_list(users, f"recommend_many takes a sequence of raw user ids (a list, array or Series), got "
                                 f"{users!r}; for one user, recommend")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -11,7 +12,7 @@ import numpy as np
 import torch
 
 from .config import seeded_generator
-from .errors import check_int
+from .errors import caller_stacklevel, check_int
 from .posterior import MWGPPosterior
 
 STRATEGIES = ("mean", "lcb", "ucb", "thompson")
@@ -40,7 +41,8 @@ class TopN:
     score: np.ndarray  # (k, n) ranking score
 
 
-def check_strategy(strategy: str, kappa: float | None, n: int, auto: bool = False) -> None:
+def check_strategy(strategy: str, kappa: float | None, n: int, auto: bool = False, warn_unused: bool = False) -> None:
+    """Refuse a strategy, kappa or n that cannot be served; ``warn_unused``: warn where ``kappa`` changes nothing."""
     allowed = (AUTO, *STRATEGIES) if auto else STRATEGIES
     if strategy not in allowed:
         raise ValueError(f"`strategy` must be one of {allowed}, got {strategy!r}")
@@ -49,6 +51,10 @@ def check_strategy(strategy: str, kappa: float | None, n: int, auto: bool = Fals
         raise ValueError(f"`kappa` must be None or a number in [0, {MAX_KAPPA:g}] (beyond, the float32 scores "
                          f"overflow; a kappa of 1e6 already ranks by the std alone), got {kappa!r}")
     check_int("n", n, 1)
+    if warn_unused and strategy == "mean" and kappa is not None:
+        warnings.warn(f"kappa={kappa!r} is not used by strategy='mean', which ranks by the mean alone; "
+                      "strategy='lcb' or 'ucb' ranks by mean -/+ kappa std", UserWarning,
+                      stacklevel=caller_stacklevel())
 
 
 def draw_generator(random_state: Any, device: torch.device) -> torch.Generator:

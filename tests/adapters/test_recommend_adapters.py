@@ -104,6 +104,21 @@ def test_thompson_recommend_on_both_adapters(fitted_pair):
         assert len(lists) > 1  # draws explore
 
 
+def test_kappa_with_the_mean_strategy_is_named_once_and_changes_nothing(fitted_pair):
+    import warnings
+
+    for model in fitted_pair:
+        for call in (lambda **k: model.recommend("u1", n=4, **k), lambda **k: model.recommend("u1", n=4, ratings={
+                "i2": 4.0}, **k), lambda **k: model.recommend_many(["u1", "u2"], n=4, **k)):
+            with pytest.warns(UserWarning, match=r"kappa=2 is not used by strategy='mean'") as caught:
+                ranked = call(strategy="mean", kappa=2)
+            assert len(caught) == 1 and caught[0].filename == __file__  # the user's line
+            assert ranked.equals(call(strategy="mean"))
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                call(strategy="lcb", kappa=2), call(strategy="auto", kappa=2), call(strategy="mean", kappa=None)
+
+
 def test_ask_on_both_adapters(fitted_pair, synthetic_df):
     algo, est = fitted_pair
     counts = synthetic_df["item"].value_counts()
