@@ -52,7 +52,7 @@ def with_user_rated(rated: Rated, row: int, items: np.ndarray, ratings: np.ndarr
     lo, hi = (indptr[row], indptr[row + 1]) if row < len(counts) else (len(old_items), len(old_items))
     counts = np.append(counts, 0) if row == len(counts) else counts
     counts[row] = len(items)
+    joined = None if old_ratings is None else np.concatenate([old_ratings[:lo], ratings, old_ratings[hi:]])
     return (np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
-            np.concatenate([old_items[:lo], items, old_items[hi:]]).astype(np.int64),
-            None if old_ratings is None else np.concatenate([old_ratings[:lo], ratings, old_ratings[hi:]]).astype(
-                np.float64))
+            np.concatenate([old_items[:lo], items, old_items[hi:]]).astype(np.int64, copy=False),
+            None if joined is None else joined.astype(np.float64, copy=False))

@@ -84,8 +84,8 @@ class MWGPConfig:
         ``1 - validation_fraction`` of the ratings over the whole schedule, recording the RMSE of the
         held-out ones after every epoch, then train on all ratings with the same learning-rate
         schedule, stopped after the best number of epochs. It prevents over-fitting on small data
-        at the cost of a second training run. Where ``batch_size="auto"`` is 2048 or less (from 1,000 to
-        about 37,000 ratings) it also chooses the peak learning rate, ``lr`` or ``lr * sqrt(batch / 8192)``,
+        at the cost of a second training run. Where ``batch_size="auto"`` is 2048 or less (N * n_epochs up to
+        737,280: to about 37,000 ratings at 20 epochs) it also chooses the peak lr, ``lr`` or ``lr * sqrt(batch/8192)``,
         and the bilinear prior, ``mf_reg`` or ``mf_reg / 5`` (four runs on the split; see
         :meth:`search_space`). "auto": on from 1,000 to 200,000 ratings (where 20 epochs can over-fit), off above
         and below (a validation split of fewer than 100 ratings chooses by chance).
@@ -319,12 +319,12 @@ class MWGPConfig:
     def search_space(self, n_ratings: int) -> list[dict[str, float]]:
         """The settings of ``lr`` and ``mf_reg`` that early stopping's search tries for ``n_ratings`` ratings
         (the first: this config's own, which training uses without early stopping). Where the automatic batch is
-        at most 2048 (from 1,000 to about 37,000 ratings): the peak learning rate ``lr`` and
+        at most 2048 (to about 37,000 ratings at 20 epochs, 245,000 at 3): the peak learning rate ``lr`` and
         ``lr * sqrt(batch / 8192)`` (Adam's square-root rule for the smaller batch's noisier steps), each with
         the bilinear factors' prior ``mf_reg`` and one 5 times weaker (nearly noise-free data need a larger
         product p_u . q_i than MovieLens). Else only this config's own, whose step size is that square-root
-        rule's where the automatic batch lies between 2048 and 8192 (about 37,000 to 147,000 ratings, e.g.
-        ML-100K's 80,000; measured at ``SEARCH_BATCH``)."""
+        rule's where the automatic batch lies between 2048 and 8192 (about 37,000 to 147,000 ratings at 20
+        epochs, e.g. ML-100K's 80,000; measured at ``SEARCH_BATCH``)."""
         batch = self.resolved_batch_size(n_ratings)
         scaled = float(self.lr) * math.sqrt(batch / AUTO_BATCH)
         given = {"lr": scaled if _is_auto(self.batch_size) and batch > SEARCH_BATCH else float(self.lr),

@@ -63,7 +63,8 @@ def minimize(fun: Objective, x0: np.ndarray, max_iter: int = 100, tol_grad: floa
                 scale = ys / float(y @ y)
             d = _direction(g, steps, changes, rho, scale)
         g_before, f_before = g, f
-        t = min(1.0, 1.0 / float(np.abs(g).sum())) if n_iter == 1 else 1.0
+        total = float(np.abs(g).sum())
+        t = min(1.0, 1.0 / total) if n_iter == 1 and total > 0 else 1.0
         slope = float(g @ d)
         if slope > -tol_change:
             break

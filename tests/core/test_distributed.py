@@ -31,9 +31,11 @@ SMALL = {"n_inducing": 16, "random_state": 0, "early_stopping": False, "dtype": 
 #: shards. The sums are formed in another order (each rank sums its shard, gloo adds the ranks'
 #: sums), and Adam's normalisation carries the last bits of small gradients into the parameters:
 #: measured after 2-21 steps up to 1.9e-9 (dense) and 1.6e-8 (row-sparse) on an AMD EPYC (Zen 4),
-#: under 1e-8 on the Intel Xeon before. The checks that the runs moved (> 1e-4) and that the
-#: row-sparse flag switched paths (1.4e-3 / 2.4e-2 there) stay far above it.
-SAME_RUN_RTOL = 1e-7
+#: under 1e-8 on the Intel Xeon before; since every rank keeps its one thread while numba's kernels run (they
+#: had moved torch to every core), 2.5e-8 in the parameters and 1.2e-7 in the cold-start calibration factor
+#: (a ratio of the fitted predictive: row-sparse, neighbourhood term). The checks that the runs moved (> 1e-4)
+#: and that the row-sparse flag switched paths (1.4e-3 / 2.4e-2 there) stay far above it.
+SAME_RUN_RTOL = 3e-7
 
 
 def free_port() -> int:
