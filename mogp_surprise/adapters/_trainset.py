@@ -169,33 +169,33 @@ def with_user_ratings(ts: Trainset, uid: Any, row: int, items: np.ndarray, value
             new._inner2raw_id_users = {**ts._inner2raw_id_users, row: uid}
         if ts._ur is None and ts._ir is None:
             return new
-        lists = _with_user_lists(ts, uid, row, items, values)
-        new._ur, new._ir = lists.ur, lists.ir
+        new._ur, new._ir = _user_lists(ts, row, items, values)
         return new
-    return _with_user_lists(ts, uid, row, items, values)
-
-
-def _with_user_lists(ts: Trainset, uid: Any, row: int, items: np.ndarray, values: np.ndarray) -> Trainset:
-    ur, ir = dict(ts.ur), dict(ts.ir)
-    users = dict(ts._raw2inner_id_users)
-    n_users = ts.n_users
-    if row >= n_users:
+    ur, ir = _user_lists(ts, row, items, values)
+    users, n_users = dict(ts._raw2inner_id_users), max(ts.n_users, row + 1)
+    if row >= ts.n_users:
         users[uid] = row
-        n_users = row + 1
+    n_ratings = ts.n_ratings - len(ts.ur.get(row, [])) + len(ur[row])
+    new = Trainset(ur, ir, n_users, ts.n_items, n_ratings, ts.rating_scale, users, ts._raw2inner_id_items)
+    new._inner2raw_id_items = ts._inner2raw_id_items  # (Surprise builds it at the first to_raw_iid, id by id)
+    if row < ts.n_users:  # the users' too; a new user's is built again when asked for (this code never does)
+        new._inner2raw_id_users = ts._inner2raw_id_users
+    return new
+
+
+def _user_lists(ts: Trainset, row: int, items: np.ndarray, values: np.ndarray) -> tuple[dict, dict]:
+    """Copies of ``ts``'s ``ur`` and ``ir`` (sharing every other user's and item's list) with user ``row``'s ratings
+    replaced by these."""
+    ur, ir = dict(ts.ur), dict(ts.ir)
     old = ur.get(row, [])
-    ur[row] = list(zip(items.tolist(), values.tolist()))
+    ur[row] = list(zip(np.asarray(items).tolist(), np.asarray(values).tolist()))
     # only the items whose ratings by the user changed get new rater lists (an item's list is as long as its raters:
     # rebuilding those of every item a heavy user rated took 0.36 s on ML-1M)
     before, after = _ratings_by_item(old), _ratings_by_item(ur[row])
     for i in set(before) | set(after):
         if before.get(i) != after.get(i):
             ir[i] = [*((u, r) for u, r in ir.get(i, []) if u != row), *((row, r) for r in after.get(i, []))]
-    n_ratings = ts.n_ratings - len(old) + len(ur[row])
-    new = Trainset(ur, ir, n_users, ts.n_items, n_ratings, ts.rating_scale, users, ts._raw2inner_id_items)
-    new._inner2raw_id_items = ts._inner2raw_id_items  # (Surprise builds it at the first to_raw_iid, id by id)
-    if row < ts.n_users:  # the users' too; a new user's is built again when asked for (this code never does)
-        new._inner2raw_id_users = ts._inner2raw_id_users
-    return new
+    return ur, ir
 
 
 def _ratings_by_item(ratings: list) -> dict:
