@@ -144,6 +144,10 @@ class Ctx:
         return fit_sk(INDEX, Y.to_numpy())
 
     @cached_property
+    def sk_context(self) -> MWGPRegressor:  # a third id column: a context factor
+        return fit_sk(XY.assign(context=np.arange(len(XY)) % 3), Y)
+
+    @cached_property
     def su(self) -> MWGP:
         return MWGP(**TINY).fit(self.ts)
 
@@ -614,6 +618,14 @@ TABLE = [
     row(lambda c: c.sk.predict(XY[["item", "user"]]),
         Raises(ValueError, r"fitted with columns \['user', 'item'\]"),
         "shapes/sklearn/predict-swapped-columns"),
+    row(lambda c: (c.sk.predict(INDEX), c.sk.predict(XY)),
+        Warns(UserWarning, r"^X does not have valid feature names, but MWGPRegressor was fitted with feature names$",
+              lambda r: np.testing.assert_array_equal(*r)),  # read by position, as scikit-learn's estimators do
+        "shapes/sklearn/predict-array-after-a-DataFrame-fit"),
+    row(lambda c: (c.sk_arr.predict(XY), c.sk_arr.predict(INDEX)),
+        Warns(UserWarning, r"^X has feature names, but MWGPRegressor was fitted without feature names$",
+              lambda r: np.testing.assert_array_equal(*r)),
+        "shapes/sklearn/predict-DataFrame-after-an-array-fit"),
     row(lambda c: c.sk.predict(np.array([1, 2])), Raises(ValueError, r"Reshape your data"),
         "shapes/sklearn/predict-1-D"),
     row(lambda c: c.sk_arr.predict(scipy.sparse.csr_matrix(INDEX)),
@@ -735,8 +747,29 @@ TABLE = [
         Raises(ValueError, r"`uid` and `iid` must have the same length, got 2 and 1"),
         "predict/surprise/predict_dist-length-mismatch"),
     row(lambda c: c.su.predict_dist([0, 1]),
-        Raises(ValueError, r"`predict_dist\(testset\)` expects a sequence of \(uid, iid\[, r\]\) tuples"),
+        Raises(ValueError, r"`predict_dist` takes a testset of \(uid, iid\[, r\]\) tuples; got the entry 0\. Pass "
+                           r"`iid` for single ids"),
         "predict/surprise/predict_dist-ids-without-iid"),
+    row(lambda c: c.su.predict_dist([(0, 0, 3.0), (0, 0, 3.0, 1)]),
+        Raises(ValueError, r"`predict_dist` takes a testset of \(uid, iid\[, r\]\) tuples; got the entry "
+                           r"\(0, 0, 3\.0, 1\)\. MWGP \(Surprise\) models \(user, item\) pairs only; for further id "
+                           r"columns such as a context, use MWGPRegressor"),
+        "predict/surprise/predict_dist-context-tuples"),
+    row(lambda c: c.su.test([(0, 0, 3.0, 1)]),
+        Raises(ValueError, r"`test` takes a testset of \(uid, iid, r\) tuples; got the entry \(0, 0, 3\.0, 1\)\. "
+                           r"MWGP \(Surprise\) models \(user, item\) pairs only"),
+        "predict/surprise/test-context-tuples"),
+    *(row(call, Raises(ValueError, rf"^{what} needs a \(user, item\) model; this one has 3 id columns$"),
+          f"predict/sklearn/{name}-context-model")
+      for name, what, call in [
+          ("recommend", "recommend", lambda c: c.sk_context.recommend(int(DF.user[0]))),
+          ("recommend-ratings", "recommend", lambda c: c.sk_context.recommend("new", ratings={int(DF.item[0]): 3.0})),
+          ("recommend_many", "recommend", lambda c: c.sk_context.recommend_many([int(DF.user[0])])),
+          ("ask", "ask", lambda c: c.sk_context.ask(int(DF.user[0]))),
+          ("fold_in", "fold-in", lambda c: c.sk_context.fold_in("new", {int(DF.item[0]): 3.0}))]),
+    row(lambda c: c.su.test([(0, 0)]),
+        Raises(ValueError, r"`test` takes a testset of \(uid, iid, r\) tuples; got the entry \(0, 0\)\.$"),
+        "predict/surprise/test-pairs-without-rating"),
     row(lambda c: c.su.estimate(10 ** 6, 0),
         Raises(ValueError, r"`index\[0\]` must be an integer in \[-1, \d+\) \(-1 = unseen in training\), got "
                            r"1000000"), "predict/surprise/estimate-inner-id-out-of-range"),

@@ -207,6 +207,41 @@ def test_cli_fit_saves_a_model_and_states_rmse_and_time(saved_model, capsys):
     assert algo.trainset.n_ratings == 1200 and algo.item_names_["1"] == "Movie number 1 (1999)"
 
 
+def test_ctrl_c_during_fit_says_what_is_kept_in_one_line(tmp_path, capsys, monkeypatch):
+    """Ctrl-C printed an eleven-frame traceback through torch and said nothing of the checkpoint; now exit code
+    130 and one line naming the checkpoint and --resume (or that no model was saved)."""
+    from mogp_surprise import MWGP
+
+    lines = ["user,item,rating"] + [f"u{k % 30},i{k % 17},{1 + k % 5}" for k in range(600)]
+    (tmp_path / "r.csv").write_text("\n".join(lines))
+    real_fit = MWGP.fit
+
+    def interrupted(self, *args, **kwargs):  # Ctrl-C in the third epoch, after two checkpoints
+        import mogp_surprise.core.checkpoint as checkpoint
+        real_save, saves = checkpoint.save, []
+
+        def save(path, state):
+            real_save(path, state)
+            saves.append(path)
+            if len(saves) == 2:
+                raise KeyboardInterrupt
+        monkeypatch.setattr(checkpoint, "save", save)
+        return real_fit(self, *args, **kwargs)
+
+    monkeypatch.setattr(MWGP, "fit", interrupted)
+    base = ["fit", "--ratings", str(tmp_path / "r.csv"), "--out", str(tmp_path / "m.pt"), "--params",
+            '{"n_epochs": 4, "n_inducing": 8, "early_stopping": false}', "--no-progress"]
+    assert main([*base, "--checkpoint", str(tmp_path / "c.ckpt")]) == 130
+    err = capsys.readouterr().err
+    assert err == (f"error: interrupted; {str(tmp_path / 'c.ckpt')!r} holds the epochs completed so far: run the "
+                   "same command with --resume to continue\n")
+    monkeypatch.setattr(MWGP, "fit", lambda *args, **kwargs: (_ for _ in ()).throw(KeyboardInterrupt))
+    assert main(base) == 130 and capsys.readouterr().err == "error: interrupted; no model was saved\n"
+    monkeypatch.setattr(MWGP, "fit", real_fit)
+    assert main([*base, "--checkpoint", str(tmp_path / "c.ckpt"), "--resume"]) == 0
+    assert not (tmp_path / "m.pt.partial").exists() and (tmp_path / "m.pt").exists()
+
+
 def test_cli_fit_reads_a_ratings_file(tmp_path, capsys):
     lines = ["user,item,rating"] + [f"u{k % 30},i{k % 17},{1 + k % 5}" for k in range(600)]
     (tmp_path / "r.csv").write_text("\n".join(lines))

@@ -66,6 +66,7 @@ class UserModelMixin:
 
         check_strategy(strategy, kappa, n, auto=True, warn_unused=True)  # before the fold-in's work
         check_bool("exclude_rated", exclude_rated)
+        self._user_item_posterior("recommend")  # named as what was asked for, not the fold-in it would start
         post, row, items, _ = self._folded(user, ratings)
         unchanged = row >= 0 and post is self.posterior_  # a known user without new ratings: as without `ratings`
         return self._frame(post, [user], np.array([row]), [items], n, strategy, kappa, random_state,

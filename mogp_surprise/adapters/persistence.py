@@ -16,7 +16,6 @@ added later, which describe a model without the feature (not today's default).
 """
 from __future__ import annotations
 
-import hashlib
 import os
 from typing import Any
 
@@ -24,7 +23,7 @@ import numpy as np
 import torch
 
 from .._version import __version__
-from ..core.checkpoint import read_archive, write_atomically
+from ..core.checkpoint import checksum, read_archive, write_atomically
 from ..core.config import resolve_device
 from ..core.posterior import MWGPPosterior
 from ._common import ADDED_HYPER_PARAMS, plain_id
@@ -88,35 +87,6 @@ def save_model(estimator: Any, path: str | os.PathLike, state: dict[str, Any]) -
                                  for k, v in ((plain_id(k), v) for k, v in dict(names).items())}
     payload["checksum"] = checksum(payload)
     write_atomically(payload, path, "the model")
-
-
-def checksum(payload: dict[str, Any]) -> str:
-    """SHA-256 of a payload's contents (every key but ``checksum``; tensors by dtype, shape and bytes), saved with
-    it so that a file damaged on disk or in transit is refused on load, not served: a flipped byte in a table
-    loads as a NaN or a wrong number that nothing else would catch (files written before it have none and load
-    unchecked)."""
-    digest = hashlib.sha256()
-
-    def feed(value: Any) -> None:
-        if isinstance(value, torch.Tensor):
-            data = value.detach().cpu().contiguous()
-            digest.update(f"T{data.dtype}{tuple(data.shape)}".encode())
-            digest.update(data.reshape(-1).view(torch.uint8).numpy().tobytes())
-        elif isinstance(value, dict):
-            keys = sorted((key for key in value if key != "checksum"), key=repr)
-            digest.update(f"D{len(keys)}".encode())
-            for key in keys:
-                feed(key)
-                feed(value[key])
-        elif isinstance(value, (list, tuple)):
-            digest.update(f"L{len(value)}".encode())
-            for item in value:
-                feed(item)
-        else:
-            digest.update(f"V{type(value).__name__}:{value!r};".encode())
-
-    feed(payload)
-    return digest.hexdigest()
 
 
 def load_payload(path: str | os.PathLike, expected: str) -> dict[str, Any]:

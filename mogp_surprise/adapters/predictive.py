@@ -125,7 +125,9 @@ class PredictiveAlgo(AlgoBase):
         """
         if isinstance(testset, pd.DataFrame):
             raise ValueError(_FRAME_ADVICE.format(what="test"))
-        return self._predictions(list(testset), True, verbose)
+        testset = list(testset)
+        _check_entries(testset, "test", (3,))
+        return self._predictions(testset, True, verbose)
 
     def _predictions(self, testset: list, clip: bool, verbose: bool) -> list[Prediction]:
         index = self._inner_index([t[0] for t in testset], [t[1] for t in testset])
@@ -163,9 +165,7 @@ class PredictiveAlgo(AlgoBase):
             if isinstance(uid, pd.DataFrame):
                 raise ValueError(_FRAME_ADVICE.format(what="predict_dist"))
             pairs = list(uid)
-            if pairs and not all(isinstance(p, (tuple, list, np.ndarray)) and len(p) >= 2 for p in pairs):
-                raise ValueError("`predict_dist(testset)` expects a sequence of (uid, iid[, r]) tuples; "
-                                 "pass `iid` for single ids")
+            _check_entries(pairs, "predict_dist", (2, 3))
             return self._moments(self._inner_index([p[0] for p in pairs], [p[1] for p in pairs]), include_noise)
         scalar = self._is_one_id("user", uid)
         if scalar != self._is_one_id("item", iid):
@@ -177,6 +177,24 @@ class PredictiveAlgo(AlgoBase):
         if len(users) != len(items):
             raise ValueError(f"`uid` and `iid` must have the same length, got {len(users)} and {len(items)}")
         return self._moments(self._inner_index(users, items), include_noise)
+
+
+def _check_entries(testset: list, what: str, sizes: tuple[int, ...]) -> None:
+    """``ValueError`` naming the first entry of ``testset`` that is not a (uid, iid[, r]) tuple of ``sizes``: a
+    fourth value (a context id) was dropped without a word by ``predict_dist`` and failed to unpack in ``test``."""
+    bad = next((p for p in testset if not isinstance(p, (tuple, list, np.ndarray)) or len(p) not in sizes), None)
+    if bad is None:
+        return
+    shape = "(uid, iid, r)" if sizes == (3,) else "(uid, iid[, r])"
+    more = (" MWGP (Surprise) models (user, item) pairs only; for further id columns such as a context, use "
+            "MWGPRegressor" if isinstance(bad, (tuple, list, np.ndarray)) and len(bad) > max(sizes) else
+            "" if what == "test" else " Pass `iid` for single ids.")
+    raise ValueError(f"`{what}` takes a testset of {shape} tuples; got the entry {_short(bad)}.{more}")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 _FRAME_ADVICE = ("{what} takes a testset, a list of (uid, iid, r) tuples, not a DataFrame (iterating one gives its "

@@ -216,10 +216,16 @@ class MWGPRegressor(HyperParamsMixin, UserModelMixin, RegressorMixin, BaseEstima
             self._rated = (*rated, None)
 
     def _check_names(self, names: list[str] | None) -> None:
+        """Columns by name as scikit-learn's estimators check them: other names are an error, names on one side
+        only a warning with scikit-learn's words (the columns are then read by position)."""
         fitted = getattr(self, "feature_names_in_", None)
         if fitted is not None and names is not None and list(names) != list(fitted):
             raise ValueError(f"X has columns {list(names)}, but {type(self).__name__} was fitted with "
                              f"columns {list(fitted)}")
+        if (fitted is None) != (names is None):
+            warnings.warn(f"X does not have valid feature names, but {type(self).__name__} was fitted with feature "
+                          f"names" if names is None else f"X has feature names, but {type(self).__name__} was "
+                          f"fitted without feature names", UserWarning, stacklevel=caller_stacklevel())
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

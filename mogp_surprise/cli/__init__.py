@@ -131,6 +131,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     try:
         return args.func(args)
+    except KeyboardInterrupt:  # Ctrl-C: say what is kept, not a stack trace through torch
+        checkpoint, kept = getattr(args, "checkpoint", None), ""
+        if args.func is fit_command:
+            kept = (f"; {checkpoint!r} holds the epochs completed so far: run the same command with --resume to "
+                    "continue" if checkpoint and os.path.exists(checkpoint) else "; no model was saved")
+        sys.stderr.write(f"{_error_prefix()}: interrupted{kept}\n")
+        sys.stderr.flush()
+        return 130
     except Exception as exc:  # what a user can act on is one line; anything else is a defect, shown whole
         from ..core.errors import NumericalError
         if not isinstance(exc, (ValueError, TypeError, OSError, ImportError, NumericalError)):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mogp_surprise.core import MWGPConfig, fit_mwgp
-from mogp_surprise.core import trainer
+from mogp_surprise.core import checkpoint, trainer
 from mogp_surprise.core.checkpoint import Checkpointing
 from tests.conftest import ON_CPU
 
@@ -167,7 +167,7 @@ def test_a_checkpoint_without_the_data_digest_resumes_and_a_generator_seed_resum
         with pytest.raises(Stop):
             fit_mwgp(*data, config(n_epochs=3), checkpointing=Checkpointing(path))
     state = torch.load(path, weights_only=True)
-    del state["fingerprint"]["data_digest"]
+    del state["fingerprint"]["data_digest"], state["checksum"]  # as written before either existed
     torch.save(state, path)
     resumed = fit_mwgp(*data, config(n_epochs=3), checkpointing=Checkpointing(path, resume=True))
     assert same_posterior(resumed, uninterrupted)
@@ -175,6 +175,70 @@ def test_a_checkpoint_without_the_data_digest_resumes_and_a_generator_seed_resum
     fit_mwgp(*data, seeded, checkpointing=Checkpointing(tmp_path / "g.pt"))
     fit_mwgp(*data, config(n_epochs=2, random_state=np.random.default_rng(0)),
              checkpointing=Checkpointing(tmp_path / "g.pt", resume=True))
+
+
+def test_a_damaged_checkpoint_is_refused_not_resumed(tmp_path, monkeypatch, data):
+    """One changed number in a table (a flipped bit on disk) resumed from wrong parameters without a word: the
+    checksum written with the checkpoint refuses it; the same file undamaged resumes to the uninterrupted fit."""
+    path = tmp_path / "c.pt"
+    uninterrupted = fit_mwgp(*data, config(n_epochs=3))
+    with monkeypatch.context() as patch:
+        interrupt_after(patch, 2)
+        with pytest.raises(Stop):
+            fit_mwgp(*data, config(n_epochs=3), checkpointing=Checkpointing(path))
+    state = torch.load(path, weights_only=True)
+    assert state["checksum"] == checkpoint.checksum(state)
+    name = next(k for k, v in state["module"].items() if v.is_floating_point() and v.numel() > 1)
+    state["module"][name].view(-1)[0] += 2.0 ** -20
+    torch.save(state, tmp_path / "damaged.pt")
+    with pytest.raises(ValueError, match=r"damaged.pt is damaged: its contents do not match the checksum saved"):
+        fit_mwgp(*data, config(n_epochs=3), checkpointing=Checkpointing(tmp_path / "damaged.pt", resume=True))
+    resumed = fit_mwgp(*data, config(n_epochs=3), checkpointing=Checkpointing(path, resume=True))
+    assert same_posterior(resumed, uninterrupted)
+
+
+def test_an_interrupted_write_keeps_the_file_and_a_written_one_keeps_links_and_permissions(tmp_path, monkeypatch):
+    """Ctrl-C while a checkpoint or model is written: the file before stays and no temporary file is left. A link
+    is followed (its target replaced, the link kept) and a replaced file keeps its permissions."""
+    path = tmp_path / "m.pt"
+    checkpoint.write_atomically({"a": 1}, path, "the model")
+    real_save = torch.save
+
+    def interrupted(obj, f, *args, **kwargs):
+        real_save(obj, f, *args, **kwargs)
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(torch, "save", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            checkpoint.write_atomically({"a": 2}, path, "the model")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pt"]
+    assert torch.load(path, weights_only=True) == {"a": 1}
+    (tmp_path / "real").mkdir()
+    target = tmp_path / "real" / "model.pt"
+    checkpoint.write_atomically({"a": 1}, target, "the model")
+    target.chmod(0o640)
+    link = tmp_path / "link.pt"
+    link.symlink_to(target)
+    checkpoint.write_atomically({"a": 3}, link, "the model")
+    assert link.is_symlink() and torch.load(target, weights_only=True) == {"a": 3}
+    assert oct(target.stat().st_mode & 0o777) == oct(0o640)
+    assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["model.pt"]
+
+
+def test_a_folder_where_nothing_can_be_written_is_refused_before_the_fit(tmp_path, monkeypatch):
+    """Found on a read-only mount: the fit ran to its end, then the write failed and the fit was lost. The folder
+    is tried (a file created and removed) before the fit; here the creation fails as it does on such a mount."""
+    import tempfile
+
+    def read_only(*args, **kwargs):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", read_only)
+    with pytest.raises(PermissionError, match=r"cannot save the checkpoint to .*c\.pt'?: no file can be written in "
+                                              r"the folder .* \(Read-only file system\)"):
+        Checkpointing(tmp_path / "c.pt")
+    assert not list(tmp_path.iterdir())
 
 
 def test_a_checkpoint_path_that_cannot_be_written_is_refused_before_the_fit(tmp_path):
@@ -194,7 +258,7 @@ def test_a_file_that_is_not_a_checkpoint_is_named(tmp_path, data):
                                          r"checkpoints write\)$"):
         fit_mwgp(*data, config(), checkpointing=Checkpointing(path, resume=True))
     path.write_bytes(b"PK\x03\x04 torn")  # torch's own message ends in advice and a code: "(101)"
-    with pytest.raises(ValueError, match=r"checkpoint \(RuntimeError: PytorchStreamReader failed reading zip archive: "
+    with pytest.raises(ValueError, match=r"checkpoint \(a damaged or truncated archive: RuntimeError: PytorchStreamReader failed reading zip archive: "
                                          r"[^.()]+\)$"):
         fit_mwgp(*data, config(), checkpointing=Checkpointing(path, resume=True))
 
