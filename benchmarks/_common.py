@@ -57,7 +57,10 @@ def ratings_index(name: str):
 
 
 def write_json(name: str, payload: dict[str, Any], out: str | None) -> Path:
+    """Write the results to ``out`` (a file, or a folder to hold ``name``.json; None: ``results/name.json``)."""
     path = Path(out) if out else Path(__file__).parent / "results" / f"{name}.json"
+    if path.is_dir():  # a folder given as --out failed after every fit (IsADirectoryError)
+        path = path / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"benchmark": name, "machine": machine(), **payload}, indent=2, default=float))
     return path

@@ -34,3 +34,11 @@ def test_the_cuda_check_says_when_there_is_no_gpu(tmp_path, capsys):
     assert _load("cuda_check").main(["--quick", "--out", str(tmp_path / "c.json")]) == 2
     assert "CUDA is not available" in capsys.readouterr().err
     assert not (tmp_path / "c.json").exists()
+
+
+def test_results_go_into_a_folder_given_as_out(tmp_path):
+    """`--out DIR` (an existing folder) failed with IsADirectoryError after every fit of the run."""
+    common = _load("_common")
+    path = common.write_json("context", {"rows": []}, str(tmp_path))
+    assert path == tmp_path / "context.json" and json.loads(path.read_text())["benchmark"] == "context"
+    assert common.write_json("x", {}, str(tmp_path / "y.json")) == tmp_path / "y.json"
