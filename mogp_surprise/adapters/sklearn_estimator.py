@@ -12,6 +12,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.validation import check_is_fitted
 
+from ..core.checkpoint import Checkpointing
 from ..core.errors import caller_stacklevel
 from ..core.trainer import fit_mwgp
 from ._common import (PARAMS_DOC, HyperParamsMixin, IdEncoder, check_id_column, encode_ids, plain_id,
@@ -53,10 +54,17 @@ class MWGPRegressor(HyperParamsMixin, UserModelMixin, RegressorMixin, BaseEstima
         ``mf_reg`` (on small data chosen by early stopping's search, see ``MWGPConfig.search_space``).
     """
 
-    def fit(self, X: Any, y: Any) -> "MWGPRegressor":
-        """Fit on id columns ``X`` of shape (n_ratings, n_factors >= 2) and ratings ``y`` of shape (n_ratings,)."""
+    def fit(self, X: Any, y: Any, *, checkpoint: Any = None, checkpoint_every: int = 1,
+            resume: bool = False) -> "MWGPRegressor":
+        """Fit on id columns ``X`` of shape (n_ratings, n_factors >= 2) and ratings ``y`` of shape (n_ratings,).
+
+        ``checkpoint``, ``checkpoint_every``, ``resume``: save the training state to that file every
+        ``checkpoint_every`` epochs, and continue from it (same data and hyper-parameters: the result equals an
+        uninterrupted fit), as :meth:`mogp_surprise.MWGP.fit`.
+        """
         started = time.perf_counter()
         config = self._config()
+        checkpointing = Checkpointing.of(checkpoint, checkpoint_every, resume)
         columns, names = _split_columns(X, expected=None)
         y = _check_target(y, len(columns[0]))
         if names is not None:
@@ -68,7 +76,7 @@ class MWGPRegressor(HyperParamsMixin, UserModelMixin, RegressorMixin, BaseEstima
         fitted = [IdEncoder.fit(name, col) for name, col in zip(_labels(names, len(columns)), columns)]
         encoders = [enc for enc, _ in fitted]
         index = np.stack([codes for _, codes in fitted], axis=1)
-        result = fit_mwgp(index, y, tuple(enc.n_levels for enc in encoders), config)
+        result = fit_mwgp(index, y, tuple(enc.n_levels for enc in encoders), config, checkpointing=checkpointing)
         rated = rated_rows(index[:, 0], index[:, 1], y, encoders[0].n_levels) if len(columns) == 2 else None
         # the fitted state replaced whole, after the fit: a refit that fails (diverged, interrupted) leaves the model
         # as it was, not the new ids with the old posterior (which served one user's answers to another)

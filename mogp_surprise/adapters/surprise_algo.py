@@ -93,8 +93,7 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
         started = time.perf_counter()
         config = self._config()
         check_bool("distributed", distributed)
-        if check_bool("resume", resume) and checkpoint is None:
-            raise ValueError("resume=True needs the checkpoint file to resume from: pass checkpoint=PATH")
+        checkpointing = Checkpointing.of(checkpoint, checkpoint_every, resume)
         check_id_column("user", id_array([trainset.to_raw_uid(u) for u in range(trainset.n_users)]))
         check_id_column("item", id_array([trainset.to_raw_iid(i) for i in range(trainset.n_items)]))
         index, ratings = index_of(trainset)
@@ -105,8 +104,7 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
                              f"{trainset.to_raw_uid(int(u))!r}, item {trainset.to_raw_iid(int(i))!r})")
         result = fit_mwgp(index, ratings, (trainset.n_users, trainset.n_items), config,
                           parallel=DataParallel.from_process_group() if distributed else None,
-                          checkpointing=None if checkpoint is None else Checkpointing(checkpoint, checkpoint_every,
-                                                                                      resume))
+                          checkpointing=checkpointing)
         with store_lock(self):  # the trainset and its posterior after the fit: a failed refit keeps both as they were
             AlgoBase.fit(self, trainset)
             self._store_fit(result, started)

@@ -67,6 +67,14 @@ class Checkpointing:
         check_bool("resume", self.resume)
         check_file_path(self.path, "the checkpoint")
 
+    @classmethod
+    def of(cls, path: str | os.PathLike | None, every: int = 1, resume: bool = False) -> "Checkpointing | None":
+        """The adapters' ``fit(..., checkpoint=path, checkpoint_every=every, resume=resume)``: None without a path,
+        which ``resume=True`` needs."""
+        if check_bool("resume", resume) and path is None:
+            raise ValueError("resume=True needs the checkpoint file to resume from: pass checkpoint=PATH")
+        return None if path is None else cls(path, every, resume)
+
     def due(self, epoch: int, last: int) -> bool:
         """Whether to save after ``epoch`` completed epochs of a phase that ends at ``last``."""
         return epoch % self.every == 0 or epoch == last

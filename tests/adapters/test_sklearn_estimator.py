@@ -163,3 +163,34 @@ def test_str_ids_for_an_int_trained_model_warn_once():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         est.predict(X.assign(user=X["user"].astype(str)).head(3))  # users already warned about
+
+
+def test_a_checkpointed_fit_resumes_to_the_uninterrupted_model(tmp_path, monkeypatch):
+    """``fit(X, y, checkpoint=...)`` as ``MWGP.fit``: a fit stopped after its second checkpoint and resumed from it
+    equals one never stopped (string ids, early stopping's epoch choice on: its phase is in the checkpoint)."""
+    from mogp_surprise.core import trainer
+
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame({"user": [f"u{k}" for k in rng.integers(0, 60, 1500)],
+                      "item": [f"i{k}" for k in rng.integers(0, 40, 1500)]})
+    y = rng.integers(1, 6, 1500).astype(float)
+    params = {"n_epochs": 4, "n_inducing": 8, "random_state": 0, "early_stopping": True, **ON_CPU}
+    whole = MWGPRegressor(**params).fit(X, y)
+    path = tmp_path / "fit.ckpt"
+    original, saves = trainer._Saver.save, []
+
+    def save_then_stop(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        saves.append(1)
+        if len(saves) == 2:
+            raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(trainer._Saver, "save", save_then_stop)
+        with pytest.raises(KeyboardInterrupt):
+            MWGPRegressor(**params).fit(X, y, checkpoint=path)
+    resumed = MWGPRegressor(**params).fit(X, y, checkpoint=path, resume=True)
+    np.testing.assert_array_equal(resumed.predict(X, return_std=True), whole.predict(X, return_std=True))
+    assert resumed.loss_history_ == whole.loss_history_
+    with pytest.raises(ValueError, match="resume=True needs the checkpoint file"):
+        MWGPRegressor(**params).fit(X, y, resume=True)
