@@ -6,6 +6,7 @@ into the same object (for ``mogp-surprise qp-plot DIR`` and for re-using slow ba
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -168,8 +169,9 @@ def reuse_results(result: CompareResult, previous: CompareResult | str | Path, a
     previous, where = read_earlier(previous, where)
     check_reuse(previous, algos, result.settings, result.folds.groupby("fold")["n_test"].first().to_dict(),
                 list(result.curves), where)
+    source = {key: previous.settings[key] for key in ("mwgp_params", "reused") if key in previous.settings}
     settings = {**result.settings, "algos": [*result.settings["algos"], *algos],
-                "reused": {"from": str(where), "algos": list(algos)}}
+                "reused": {"from": str(where), "algos": list(algos), **source}}
     merged = pd.concat([result.folds, previous.folds[previous.folds["algo"].isin(algos)]], ignore_index=True)
     return CompareResult(merged, {**result.curves, **{a: previous.curves[a] for a in algos}},
                          {**result.calibration, **{a: previous.calibration[a] for a in algos}}, settings, result.title)
@@ -213,6 +215,14 @@ def check_reuse(previous: CompareResult, algos: Sequence[str], settings: dict, f
     if {int(k): int(v) for k, v in fold_sizes.items()} != sizes_then:
         raise ValueError(f"cannot reuse {where}: its folds hold {sizes_then} test ratings, this "
                          f"comparison's {fold_sizes} (another data set or split)")
+    digest = settings.get("data_digest")
+    if digest is not None and old.get("data_digest") is None:
+        warnings.warn(f"{where} was written before comparisons recorded their data: that it was run on these data "
+                      "cannot be checked (only the number of folds, the seed and the folds' sizes were)",
+                      UserWarning, stacklevel=3)
+    elif digest is not None and old["data_digest"] != digest:
+        raise ValueError(f"cannot reuse {where}: it was run on other ratings, or the same ones in another order "
+                         f"(data digest {old['data_digest']}, now {digest}), so its folds are not these")
     missing = [a for a in algos if a not in previous.curves]
     if missing:
         raise ValueError(f"cannot reuse {missing} from {where}: it holds {sorted(previous.curves)}")

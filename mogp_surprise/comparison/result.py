@@ -40,6 +40,21 @@ def _ranking_k(summary: pd.DataFrame, settings: dict[str, Any]) -> int | None:
     return k if k in found else (found[0] if found else None)
 
 
+def _reused_note(reused: dict[str, Any] | None) -> str:
+    """Which rows were reused from earlier runs (keeping those runs' fit times), with MW-GP's parameters there, and
+    where those runs had taken them from in turn."""
+    links, among = [], None
+    while reused:
+        algos = [a for a in reused.get("algos", []) if among is None or a in among]
+        if not algos:
+            break
+        params = reused.get("mwgp_params")
+        there = f" (MW-GP's parameters there: {params})" if params and {"mwgp", "mwgp_paper"} & set(algos) else ""
+        links.append(f"{', '.join(algos)} from {reused['from']}{there}")
+        reused, among = reused.get("reused"), set(algos)
+    return f" Reused from earlier runs, with their fit and test times: {'; '.join(links)}." if links else ""
+
+
 def summary_markdown(summary: pd.DataFrame, settings: dict[str, Any]) -> str:
     """Paper-style table: RMSE and MAE at q = 100/90/80 %, calibration, ranking metrics, times (mean ± std
     over folds). An algorithm without a column (reused from results written before it existed) shows "—"."""
@@ -50,9 +65,11 @@ def summary_markdown(summary: pd.DataFrame, settings: dict[str, Any]) -> str:
     head1 = ("| algorithm | uncertainty | RMSE q=100% | RMSE q=90% | RMSE q=80% | MAE q=100% | MAE q=90% | "
              "MAE q=80% |")
     lines = [head1, "|" + "---|" * 8]
-    for _, r in summary.iterrows():
+    for _, r in summary.iterrows():  # one variance for all: its q < 100 % rows are test-order subsets, no measure
+        tied = r["uncertainty"] == "homoscedastic"
         lines.append(f"| {r['label']} | {r['uncertainty']} | " + " | ".join(
-            pm(r, c) for c in ("rmse_q100", "rmse_q90", "rmse_q80", "mae_q100", "mae_q90", "mae_q80")) + " |")
+            "—" if tied and not c.endswith("q100") else pm(r, c)
+            for c in ("rmse_q100", "rmse_q90", "rmse_q80", "mae_q100", "mae_q90", "mae_q80")) + " |")
     lines += ["", "| algorithm | NLL | CRPS | coverage 50% | 80% | 90% | 95% | mean std | fit s | test s |",
               "|" + "---|" * 10]
     for _, r in summary.iterrows():
@@ -66,13 +83,14 @@ def summary_markdown(summary: pd.DataFrame, settings: dict[str, Any]) -> str:
         for _, r in summary.iterrows():
             lines.append(f"| {r['label']} | " + " | ".join(
                 pm(r, f"{m}_at_{k}") for m in ("precision", "recall", "top_precision", "ndcg")) + " |")
-    lines += ["", f"Mean ± std over {settings['n_folds']} folds (Surprise KFold, shuffle, "
+    lines += ["", f"Mean ± std over {settings['n_folds']} folds (the folds' population std, ddof=0, as Surprise's "
+              f"cross_validate reports it; Surprise KFold, shuffle, "
               f"random_state={settings['random_state']}); identical folds for every algorithm. "
               "q = share of test ratings kept, the most confident first (lowest predictive std). "
               "'homoscedastic': a point-estimate algorithm given one residual variance, estimated on 10 % of "
               "its training ratings held out from a second fit: its QP curve carries no information (all stds "
-              "tie; ties keep test-set order) and its "
-              "NLL/CRPS/coverage use that single variance."]
+              "tie), so its q < 100 % cells are empty, and its "
+              "NLL/CRPS/coverage use that single variance." + _reused_note(settings.get("reused"))]
     if k is not None:
         threshold = settings.get("rank_threshold")
         relevant = f"rating >= {threshold:g}" if threshold is not None else "rating above the threshold"

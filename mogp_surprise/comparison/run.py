@@ -10,6 +10,7 @@ compared; their rows say so.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import time
@@ -131,10 +132,12 @@ def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: i
     n_ratings = len(dataset.raw_ratings)
     if n_folds > n_ratings:
         raise ValueError(f"`n_folds`={n_folds} is more than the data set's {n_ratings} ratings")
+    _check_rating_scale(dataset)
     rank_threshold = _relevance_threshold(rank_threshold, dataset.reader.rating_scale)
-    params = dict(mwgp_params or {})
+    params = _checked_mwgp_params(mwgp_params, algos, random_state, registry)
     settings = {"n_folds": n_folds, "random_state": random_state, "algos": list(algos), "mwgp_params": params,
-                "qp_quantiles": QP_QUANTILES, "rank_k": rank_k, "rank_threshold": rank_threshold}
+                "qp_quantiles": QP_QUANTILES, "rank_k": rank_k, "rank_threshold": rank_threshold,
+                "data_digest": data_digest(dataset)}
     earlier = where = None
     if reuse:  # before any fit, not after hours of them
         reuse = reuse_list(reuse)
@@ -164,7 +167,7 @@ def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: i
             try:
                 y, mean, std = predictive_arrays(algo, testset, trainset.rating_scale)
             except ValueError as exc:
-                raise ValueError(f"{key}, fold {fold + 1}: {exc}") from exc
+                raise ValueError(f"{key}, fold {fold + 1}: {exc}") from None
             fit_s, test_s = fitted - start, time.perf_counter() - fitted
             curve = qp_curve(y, mean, std, quantiles=QP_QUANTILES, metrics=("rmse", "mae"))
             curves[key].append(curve)
@@ -189,8 +192,9 @@ def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: i
 
 
 def _relevance_threshold(threshold: Any, scale: tuple[float, float]) -> float:
-    """The ranking metrics' relevance threshold, checked: a finite number no higher than the top of the scale
-    (above it no test rating would be relevant and every ranking metric 0); None: the default of the scale."""
+    """The ranking metrics' relevance threshold, checked: a finite number above the bottom of the scale and no
+    higher than its top (at the bottom every test rating would be relevant and every ranking metric 1, above the
+    top none and every metric 0); None: the default of the scale."""
     if threshold is None:
         return float(default_relevance_threshold(scale))
     if finite_real(threshold) is None:
@@ -199,4 +203,45 @@ def _relevance_threshold(threshold: Any, scale: tuple[float, float]) -> float:
         raise ValueError(f"`rank_threshold`={threshold:g} is above the top of the rating scale "
                          f"({scale[0]:g}, {scale[1]:g}): no "
                          "test rating would be relevant, and every ranking metric would be 0")
+    if threshold <= scale[0]:
+        raise ValueError(f"`rank_threshold`={threshold:g} is at or below the bottom of the rating scale "
+                         f"({scale[0]:g}, {scale[1]:g}): every test rating would be relevant, and every ranking "
+                         "metric would be 1")
     return float(threshold)
+
+
+def _check_rating_scale(dataset: Any) -> None:
+    """``ValueError`` for ratings outside the Reader's declared ``rating_scale`` (the estimates are clipped to it,
+    and the relevance threshold placed on it: ratings twice the scale gave an RMSE of 3 without a word)."""
+    low, high = dataset.reader.rating_scale
+    ratings = np.fromiter((r for _, _, r, _ in dataset.raw_ratings), dtype=np.float64, count=len(dataset.raw_ratings))
+    if ratings.size and (ratings.min() < low or ratings.max() > high):
+        raise ValueError(f"the data set's ratings range over [{ratings.min():g}, {ratings.max():g}], outside its "
+                         f"rating scale ({low:g}, {high:g}): give the Reader the scale the ratings use "
+                         f"(Reader(rating_scale=(low, high)))")
+
+
+def _checked_mwgp_params(params: dict[str, Any] | None, algos: Sequence[str], seed: int,
+                         registry: dict[str, AlgoSpec]) -> dict[str, Any]:
+    """``mwgp_params`` checked before the first fit (a bad value or unknown name failed only when MW-GP was built,
+    after the algorithms before it had run); ``{}``, with a warning, where no algorithm of this run takes them."""
+    params = dict(params or {})
+    takers = [a for a in algos if a in ("mwgp", "mwgp_paper", "bgplvm")]
+    if params and not takers:
+        warnings.warn(f"mwgp_params {params} apply to no algorithm this comparison fits (mwgp, mwgp_paper, and "
+                      "bgplvm's latent_dim); they are ignored", UserWarning, stacklevel=3)
+        return {}
+    for key in takers:
+        check = getattr(registry[key].make(seed, params), "_config", None)  # MWGP's own check: names and values
+        if check is not None:
+            check()
+    return params
+
+
+def data_digest(dataset: Any) -> str:
+    """A digest of the data set's ratings in their order: with the number of folds and the seed it fixes
+    Surprise's folds, so a comparison reuses only results of the same folds (:func:`~.report.check_reuse`)."""
+    digest = hashlib.sha256()  # ids as text and ratings as floats: the same file read with int or str ids agrees
+    for uid, iid, rating, _ in dataset.raw_ratings:
+        digest.update(f"{uid}\x1f{iid}\x1f{float(rating)!r}\x1e".encode())
+    return digest.hexdigest()[:32]

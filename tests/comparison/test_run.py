@@ -166,6 +166,69 @@ def test_reuse_refuses_results_of_another_data_set(synthetic_data, tmp_path):
 
 
 
+def test_reuse_refuses_the_same_number_of_other_ratings_and_notes_what_it_took(synthetic_data, tmp_path):
+    """Found by a user: results of another data set with as many ratings (or the same ratings in another order,
+    hence other folds) were merged without a word. The data's digest is compared before any fit; a folder written
+    before digests existed is taken with a warning; the table says which rows came from where, with MW-GP's
+    parameters there."""
+    import json
+
+    from mogp_surprise.datasets import to_surprise_dataset
+
+    extra = {"rec_a": AlgoSpec("A", "predictive", lambda seed, p: _Recorder())}
+    first = compare(synthetic_data, algos=["rec_a", "mwgp"], n_folds=2, mwgp_params=TINY_MWGP, extra_algos=extra)
+    write_results(first, tmp_path / "first", plots=False)
+    shuffled = to_surprise_dataset(pd.DataFrame(synthetic_data.raw_ratings[::-1], columns=["user", "item", "rating",
+                                                                                         "t"]).drop(columns="t"),
+                                   rating_scale=synthetic_data.reader.rating_scale)
+    fitted = []
+    never = {"rec_b": AlgoSpec("B", "predictive", lambda seed, p: fitted.append(1) or _Recorder())}
+    with pytest.raises(ValueError, match=r"cannot reuse .*first: it was run on other ratings, or the same ones in "
+                                         r"another order \(data digest \w+, now \w+\), so its folds are not these"):
+        compare(shuffled, algos=["rec_b"], n_folds=2, extra_algos=never, reuse=["mwgp"], reuse_from=tmp_path / "first")
+    assert not fitted  # refused before any fit
+    merged = compare(synthetic_data, algos=["svd"], n_folds=2, reuse=["mwgp"], reuse_from=tmp_path / "first")
+    write_results(merged, tmp_path / "merged", plots=False)
+    assert f"mwgp from {tmp_path / 'first'} (MW-GP's parameters there: {TINY_MWGP})" in merged.markdown()
+    again = compare(synthetic_data, algos=["svd8"], n_folds=2, reuse=["mwgp", "svd"], reuse_from=tmp_path / "merged")
+    note = again.markdown()
+    assert f"mwgp, svd from {tmp_path / 'merged'}; mwgp from {tmp_path / 'first'} (MW-GP's parameters" in note
+    import re  # one variance for every rating: no q < 100 % cells
+    assert re.search(r"\| BiasedMF \(Surprise SVD\) \| homoscedastic \| [\d.]+ ± [\d.]+ \| — \| — \| [\d.]+ ± [\d.]+ \| — \| — \|",
+                     note)
+    meta = json.loads((tmp_path / "first" / "results.json").read_text())
+    del meta["settings"]["data_digest"]  # as written before digests existed
+    (tmp_path / "first" / "results.json").write_text(json.dumps(meta))
+    with pytest.warns(UserWarning, match="written before comparisons recorded their data: that it was run on these"):
+        compare(synthetic_data, algos=["svd8"], n_folds=2, reuse=["mwgp"], reuse_from=tmp_path / "first")
+
+
+def test_arguments_that_would_fail_a_later_fit_are_refused_before_the_first(synthetic_data):
+    """mwgp_params were checked when MW-GP was built, after the algorithms listed before it had run (minutes of
+    SVD++ on ML-100K); ratings outside the Reader's scale and a relevance threshold at its bottom (every ranking
+    metric 1) went through."""
+    from mogp_surprise.datasets import to_surprise_dataset
+
+    fitted = []
+    first = {"rec": AlgoSpec("R", "predictive", lambda seed, p: fitted.append(1) or _Recorder())}
+    with pytest.raises(ValueError, match="n_inducing"):
+        compare(synthetic_data, algos=["rec", "mwgp"], n_folds=2, mwgp_params={"n_inducing": -1}, extra_algos=first)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) \['n_inducng'\]"):
+        compare(synthetic_data, algos=["rec", "mwgp_paper"], n_folds=2, mwgp_params={"n_inducng": 64},
+                extra_algos=first)
+    doubled = pd.DataFrame(synthetic_data.raw_ratings, columns=["user", "item", "rating", "t"]).drop(columns="t")
+    data = to_surprise_dataset(doubled.assign(rating=2 * doubled.rating), rating_scale=(2, 10))
+    data.reader.rating_scale = (1, 5)  # a Reader that says otherwise
+    with pytest.raises(ValueError, match=r"ratings range over \[2, 10\], outside its rating scale \(1, 5\)"):
+        compare(data, algos=["rec"], n_folds=2, extra_algos=first)
+    with pytest.raises(ValueError, match=r"`rank_threshold`=1 is at or below the bottom of the rating scale"):
+        compare(synthetic_data, algos=["rec"], n_folds=2, rank_threshold=1, extra_algos=first)
+    assert not fitted
+    with pytest.warns(UserWarning, match=r"mwgp_params \{'n_epochs': 2\} apply to no algorithm this comparison"):
+        result = compare(synthetic_data, algos=["rec"], n_folds=2, mwgp_params={"n_epochs": 2}, extra_algos=first)
+    assert result.settings["mwgp_params"] == {}
+
+
 class _Scored(AlgoBase):
     """A deterministic, distinct score per (user, item) (ranking differs from the ratings' order), unit variance."""
 
