@@ -44,9 +44,9 @@ def predictive_arrays(algo: Any, testset: list, rating_scale: tuple[float, float
     The mean is clipped as Surprise's ``test`` clips its estimates, so that the accuracy columns
     are those Surprise reports.
     """
-    if not hasattr(algo, "predict_dist"):
+    if not hasattr(algo, "predict_dist"):  # checked as the metrics will (a std of 0 named its algorithm nowhere)
         y, mean, std = arrays_from_predictions(algo.test(testset))
-        return y, np.clip(mean, *rating_scale), std
+        return check_triplet(y, np.clip(mean, *rating_scale), std, y_name="y_true", strict_std=True)
     mean, var = algo.predict_dist(testset)
     var = np.asarray(var, dtype=np.float64)
     bad = np.flatnonzero(~(var > 0))  # NaN too
@@ -164,12 +164,12 @@ def compare(dataset, algos: Sequence[str] = ("mwgp", "svd", "svdpp"), n_folds: i
             start = time.perf_counter()
             algo.fit(trainset)
             fitted = time.perf_counter()
-            try:
+            try:  # the algorithm and fold named, whichever check finds its predictions wrong
                 y, mean, std = predictive_arrays(algo, testset, trainset.rating_scale)
+                fit_s, test_s = fitted - start, time.perf_counter() - fitted
+                curve = qp_curve(y, mean, std, quantiles=QP_QUANTILES, metrics=("rmse", "mae"))
             except ValueError as exc:
                 raise ValueError(f"{key}, fold {fold + 1}: {exc}") from None
-            fit_s, test_s = fitted - start, time.perf_counter() - fitted
-            curve = qp_curve(y, mean, std, quantiles=QP_QUANTILES, metrics=("rmse", "mae"))
             curves[key].append(curve)
             pooled[key].append(np.stack([y, mean, std]))
             at = curve.set_index(curve["quantile"].round(6))

@@ -108,6 +108,24 @@ def test_a_variance_that_is_not_positive_is_named_with_its_algorithm_and_fold(sy
         compare(synthetic_data, algos=["bad"], n_folds=2, extra_algos=extra)
 
 
+class _ZeroStdPredictions(AlgoBase):
+    """Variances in its Predictions' details (no predict_dist), one of them 0."""
+
+    def fit(self, trainset):
+        AlgoBase.fit(self, trainset)
+        return self
+
+    def estimate(self, u, i):
+        return self.trainset.global_mean, {"var": 0.0 if i == 0 else 1.0}
+
+
+def test_a_zero_std_in_predictions_is_named_with_its_algorithm_and_fold(synthetic_data):
+    """Read from the Predictions, it failed in the metrics without naming the algorithm or the fold."""
+    extra = {"zv": AlgoSpec("Zero", "predictive", lambda seed, p: _ZeroStdPredictions())}
+    with pytest.raises(ValueError, match=r"^zv, fold 1: `std` must be > 0 everywhere; got 0.0 at position \d+$"):
+        compare(synthetic_data, algos=["zv"], n_folds=2, extra_algos=extra)
+
+
 def test_numpy_arguments_are_saved_as_numbers_and_reused(synthetic_data, tmp_path):
     extra = {"rec_a": AlgoSpec("A", "predictive", lambda seed, p: _Recorder())}
     first = compare(synthetic_data, algos=["rec_a"], n_folds=np.int64(2), random_state=np.int64(0),
