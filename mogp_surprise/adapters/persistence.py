@@ -26,6 +26,7 @@ from .._version import __version__
 from ..core.checkpoint import checksum, read_archive, write_atomically
 from ..core.config import resolve_device
 from ..core.posterior import MWGPPosterior
+from ..core.seeding import RANDOM_SOURCES
 from ._common import ADDED_HYPER_PARAMS, plain_id
 
 FORMAT = "mogp_surprise"
@@ -35,8 +36,8 @@ FORMAT_VERSION = 2
 def _plain_hyper_params(params: dict[str, Any]) -> dict[str, Any]:
     out = {}
     for name, value in params.items():
-        if isinstance(value, np.random.Generator):
-            value = None  # a Generator's state is not a hyper-parameter value; refits draw fresh entropy
+        if isinstance(value, RANDOM_SOURCES):
+            value = None  # a Generator's state is not a hyper-parameter value; refits draw from numpy's global one
         elif isinstance(value, torch.device):
             value = str(value)
         elif isinstance(value, np.generic):

@@ -103,11 +103,15 @@ class PredictiveAlgo(AlgoBase):
     def predict(self, uid: Any, iid: Any, r_ui: float | None = None, clip: bool = True,
                 verbose: bool = False) -> Prediction:
         """Surprise's ``AlgoBase.predict`` for raw ids: exactly the prediction :meth:`test` gives the pair.
+        A subclass that overrides :meth:`estimate` gets Surprise's own ``predict`` through it (and ``test`` goes
+        pair by pair through a subclass's ``estimate`` or ``predict``), as Surprise's custom algorithms expect.
 
         ``details`` holds ``var`` and ``std`` (of the unclipped predictive distribution),
         ``was_impossible`` (False) and ``unknown_user`` / ``unknown_item``. ``verbose=True`` prints
         the prediction, as Surprise does. Raises ``NotFittedError`` before ``fit``.
         """
+        if type(self).estimate is not PredictiveAlgo.estimate:  # a subclass's own estimate, as Surprise calls it
+            return AlgoBase.predict(self, uid, iid, r_ui, clip, verbose)
         index = self._inner_pair(uid, iid)
         mean, var = self._pair_moments(index)
         if clip:
@@ -127,6 +131,8 @@ class PredictiveAlgo(AlgoBase):
             raise ValueError(_FRAME_ADVICE.format(what="test"))
         testset = list(testset)
         _check_entries(testset, "test", (3,))
+        if type(self).estimate is not PredictiveAlgo.estimate or type(self).predict is not PredictiveAlgo.predict:
+            return AlgoBase.test(self, testset, verbose)  # a subclass's own estimate / predict, pair by pair
         return self._predictions(testset, True, verbose)
 
     def _predictions(self, testset: list, clip: bool, verbose: bool) -> list[Prediction]:

@@ -66,7 +66,7 @@ class MWGP(HyperParamsMixin, UserModelMixin, PredictiveAlgo):
     def __repr__(self) -> str:
         defaults = MWGPConfig.defaults()
         changed = {k: v for k, v in self._hyper_params().items() if v is not defaults[k] and v != defaults[k]}
-        return f"MWGP({', '.join(f'{k}={v!r}' for k, v in changed.items())})"
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in changed.items())})"
 
     # -- training ------------------------------------------------------------------------------
     def fit(self, trainset: Trainset, *, checkpoint=None, checkpoint_every: int = 1, resume: bool = False,

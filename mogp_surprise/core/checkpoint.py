@@ -34,6 +34,7 @@ import torch
 
 from .config import MWGPConfig
 from .errors import check_bool
+from .seeding import RANDOM_SOURCES
 
 FORMAT, FORMAT_VERSION = "mogp_surprise-checkpoint", 2
 #: hyper-parameters that do not change the trained model and may differ on resume
@@ -135,7 +136,7 @@ def fingerprint(config: MWGPConfig, index: np.ndarray, ratings: np.ndarray, n_le
     training (a numpy Generator as such: the checkpoint holds the state the fit continues from) and the data, by
     size, sums and a digest of every (index, rating) in order (the sums alone let two ratings swap places)."""
     params = {name: value if isinstance(value, (int, float, str, bool, type(None)))
-              else "a numpy Generator" if isinstance(value, np.random.Generator) else repr(value)
+              else f"a numpy {type(value).__name__}" if isinstance(value, RANDOM_SOURCES) else repr(value)
               for name, value in config.__dict__.items() if name not in _FREE}
     digest = hashlib.blake2b(digest_size=16)
     digest.update(np.ascontiguousarray(index, dtype=np.int64).tobytes())

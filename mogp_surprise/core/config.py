@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .seeding import RANDOM_SOURCES
+
 _DTYPES, _DEVICES = {"float32": torch.float32, "float64": torch.float64}, ("auto", "cpu", "cuda")
 _CHOICES = {"lr_schedule": ("cosine", "constant"), "init": ("pca", "random"),
             "noise": ("heteroscedastic", "homoscedastic"), "mf_posterior": ("auto", "laplace", "variational"),
@@ -53,15 +55,6 @@ AUTO_EPOCHS, NEIGHBOURHOOD_EPOCHS = 20, 12
 #: factors' variance in its expected likelihood, so a weaker prior fits best: ML-100K 5-fold 25 / 50 gave 0.8774 /
 #: 0.8854; the MAP factors lose most of their components under a prior of 80; docs/history.md)
 MF_REG = {"laplace": 50.0, "variational": 25.0}
-
-
-def seeded_generator(random_state: Any, device: torch.device | str = "cpu") -> torch.Generator:
-    """A torch generator on ``device`` seeded from ``random_state`` (None: fresh entropy; an int; a numpy
-    ``Generator``, advanced by one draw): the one place a ``random_state`` becomes torch's random numbers."""
-    rng = random_state if isinstance(random_state, np.random.Generator) else np.random.default_rng(random_state)
-    generator = torch.Generator(device=device)
-    generator.manual_seed(int(rng.integers(0, 2 ** 62)))
-    return generator
 
 
 @dataclass(frozen=True)
@@ -178,8 +171,8 @@ class MWGPConfig:
         with a warning, when a Cholesky factorisation fails.
     chunk_size : int, default=65536
         Pairs per chunk at prediction time (bounds memory).
-    random_state : int, numpy.random.Generator or None, default=None
-        Seeds initialisation and shuffling. None draws fresh entropy (results vary per fit).
+    random_state : int, numpy.random.Generator, numpy.random.RandomState or None, default=None
+        Seeds initialisation and shuffling. None: numpy's global random state, as scikit-learn and Surprise.
     device : {"auto", "cpu", "cuda"} or torch.device, default="auto"
         "auto" uses CUDA when available, else the CPU.
     dtype : {"float32", "float64"}, default="float32"
@@ -266,10 +259,10 @@ class MWGPConfig:
         if len(set(self.extra_terms)) != len(self.extra_terms):
             raise ValueError(f"`extra_terms` names a term twice: {self.extra_terms!r}")
         rs = self.random_state
-        if not (rs is None or isinstance(rs, np.random.Generator)
+        if not (rs is None or isinstance(rs, RANDOM_SOURCES)
                 or (isinstance(rs, numbers.Integral) and not isinstance(rs, bool) and rs >= 0)):
             raise ValueError(
-                "`random_state` must be None, a non-negative int or a numpy.random.Generator, "
+                "`random_state` must be None, a non-negative int, a numpy.random.Generator or RandomState, "
                 f"got {rs!r}")
         _check_device(self.device)
 

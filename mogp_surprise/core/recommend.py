@@ -11,7 +11,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from .config import seeded_generator
+from .seeding import RANDOM_SOURCES, seeded_generator
 from .errors import caller_stacklevel, check_int
 from .posterior import MWGPPosterior
 
@@ -58,11 +58,12 @@ def check_strategy(strategy: str, kappa: float | None, n: int, auto: bool = Fals
 
 
 def draw_generator(random_state: Any, device: torch.device) -> torch.Generator:
-    """A torch generator on ``device`` seeded from ``random_state`` (None: fresh entropy; an int; a numpy
-    ``Generator``), for posterior draws."""
-    if random_state is not None and not isinstance(random_state, (numbers.Integral, np.random.Generator)) \
+    """A torch generator on ``device`` seeded from ``random_state`` (:func:`~.seeding.seeded_generator`), for
+    posterior draws."""
+    if random_state is not None and not isinstance(random_state, (numbers.Integral, *RANDOM_SOURCES)) \
             or isinstance(random_state, bool) or isinstance(random_state, numbers.Integral) and random_state < 0:
-        raise ValueError(f"`random_state` must be None, an int >= 0 or a numpy Generator, got {random_state!r}")
+        raise ValueError(f"`random_state` must be None, an int >= 0 or a numpy Generator or RandomState, got "
+                         f"{random_state!r}")
     return seeded_generator(random_state, device)
 
 
@@ -97,7 +98,7 @@ def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: st
     chunk_size : int, optional
         (user, item) pairs whose predictive is reported at once; defaults to the posterior's ``chunk_size``.
     random_state : None, int or numpy Generator
-        The draws of ``"thompson"`` (None: fresh entropy, so that repeated calls explore).
+        The draws of ``"thompson"`` (None: numpy's global random state, advanced by every call, so that repeated calls explore).
     by_pairs : bool
         Report the chosen items' predictive one pair at a time (:meth:`~.posterior.MWGPPosterior.predict_pair`:
         exactly what ``predict`` gives for one pair, in float64), for a list or two of a posterior that serves

@@ -14,7 +14,8 @@ from tqdm.auto import tqdm
 from . import checkpoint as ckpt
 from .checkpoint import Checkpointing
 from .calibration import centred_global_mean
-from .config import EARLY_STOPPING_MIN, MWGPConfig, seeded_generator
+from .config import EARLY_STOPPING_MIN, MWGPConfig
+from .seeding import seeded_generator
 from .distributed import DataParallel, touched_rows
 from .errors import NumericalError, caller_stacklevel, validate_training_data
 from .initialization import initialise

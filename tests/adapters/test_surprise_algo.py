@@ -282,3 +282,57 @@ def test_defaults_beat_baseline_only_on_small_samples(ml100k):
             rmse[name].append(accuracy.rmse(algo.fit(trainset).test(testset), verbose=False))
     mean = {k: float(np.mean(v)) for k, v in rmse.items()}
     assert mean["mwgp"] < mean["baseline"], rmse
+
+
+class _PlusOne(MWGP):
+    """Surprise's "building custom algorithms" pattern: an own ``estimate`` over the parent's."""
+
+    def estimate(self, u, i):
+        from surprise import PredictionImpossible
+        if not self.trainset.knows_user(u):
+            raise PredictionImpossible("User is unknown.")
+        est, details = MWGP.estimate(self, u, i)
+        return est + 1.0, details
+
+
+class _Tagged(MWGP):
+    def predict(self, uid, iid, r_ui=None, clip=True, verbose=False):
+        pred = MWGP.predict(self, uid, iid, r_ui, clip, verbose)
+        pred.details["tag"] = "mine"
+        return pred
+
+
+def test_a_subclass_estimate_or_predict_is_what_predict_and_test_use(split):
+    """A subclass's own ``estimate`` (or ``predict``) was passed over by MWGP's fast paths: Surprise's custom
+    algorithms got the parent's numbers, and PredictionImpossible never reached ``was_impossible``."""
+    trainset, testset = split
+    params = {**FAST, **ON_CPU}
+    base, plus, tagged = MWGP(**params).fit(trainset), _PlusOne(**params).fit(trainset), _Tagged(**params).fit(trainset)
+    known = [t for t in testset if t[0] in trainset._raw2inner_id_users][:50]
+    u, i, r = known[0]
+    assert plus.predict(u, i, clip=False).est == pytest.approx(base.predict(u, i, clip=False).est + 1.0, abs=1e-12)
+    shifted = [p.est for p in plus.test(known)]
+    np.testing.assert_allclose(shifted, np.minimum([base.predict(a, b, clip=False).est + 1.0 for a, b, _ in known],
+                                                   trainset.rating_scale[1]), atol=1e-12)
+    nobody = plus.predict("nobody", i)
+    assert nobody.details["was_impossible"] and nobody.est == plus.default_prediction()
+    assert all(p.details["tag"] == "mine" for p in tagged.test(known[:5]))
+    assert repr(_PlusOne(n_epochs=2)) == "_PlusOne(n_epochs=2)"
+
+
+def test_surprise_faq_reproducibility_recipe_and_a_random_state_object(synthetic_data):
+    """Surprise's FAQ: seeding numpy's global random state makes a run repeat where random_state is left at None
+    (None took fresh entropy); a numpy RandomState, which Surprise's algorithms take, was refused."""
+    trainset = synthetic_data.build_full_trainset()
+    pairs = trainset.build_testset()[:100]
+    runs = []
+    for _ in range(2):
+        np.random.seed(0)
+        runs.append(MWGP(**{**FAST, **ON_CPU, "random_state": None}).fit(trainset).predict_dist(pairs))
+    np.testing.assert_array_equal(runs[0][0], runs[1][0])
+    np.random.seed(1)
+    other = MWGP(**{**FAST, **ON_CPU, "random_state": None}).fit(trainset).predict_dist(pairs)
+    assert not np.array_equal(other[0], runs[0][0])
+    a, b = (MWGP(**{**FAST, **ON_CPU, "random_state": np.random.RandomState(7)}).fit(trainset).predict_dist(pairs)
+            for _ in range(2))
+    np.testing.assert_array_equal(a[0], b[0])
