@@ -1,4 +1,4 @@
-"""Large per-level tables in huge pages (Linux, CPU).
+"""Large per-level tables in huge pages (Linux, CPU), and freed memory handed back to the system.
 
 Row-sparse training reaches a few thousand random rows of tables of hundreds of megabytes at every step (a
 million users: the packed tables, their Adam state, the kept implicit sums and their gradient). In 4 KiB pages
@@ -22,6 +22,8 @@ from torch import Tensor
 
 #: Linux's MADV_HUGEPAGE, the huge page size, and the smallest table worth asking for (a few huge pages)
 MADV_HUGEPAGE, HUGE_PAGE, MIN_BYTES = 14, 2 << 20, 8 << 20
+#: the temporaries (bytes) from which a loop of them hands freed memory back (:func:`release_freed`)
+RELEASE_BYTES = 4 << 20
 
 
 @functools.cache
@@ -60,3 +62,29 @@ def rehome(table: Tensor) -> None:
         fresh = empty(tuple(table.shape), table.dtype, table.device)
         fresh.copy_(table.detach())
         table.data = fresh
+
+
+@functools.cache
+def _malloc_trim():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None).malloc_trim  # glibc's; absent elsewhere (musl)
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes, fn.restype = [ctypes.c_size_t], ctypes.c_int
+    return fn
+
+
+def release_freed(temporary_bytes: int) -> None:
+    """Hand the C allocator's free pages back to the system (glibc's ``malloc_trim``) after a step of a loop whose
+    temporaries took ``temporary_bytes`` (nothing below :data:`RELEASE_BYTES`, or off glibc). Tensors of tens of
+    megabytes freed between small allocations that live on fragment glibc's heap, which then grows by about a
+    step's temporaries per step: ``recommend_many`` of 200 users of a 30,000-item catalogue peaked 565-2,546 MB
+    above its start (1,000 users: 10 GB), 73-78 MB with this after every user (1,000 users: 85 MB), at about 3 % of
+    its time (60 users, alternating in one process: 4.22 / 4.91 / 4.58 against 4.00 / 4.69 / 4.50 s). Not after a
+    stored fold-in: into 269,000 users it doubled the fold-in's time (63 -> 124 ms) and left its memory's growth as
+    it was."""
+    trim = _malloc_trim()
+    if trim is not None and temporary_bytes >= RELEASE_BYTES:
+        trim(0)

@@ -11,6 +11,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from .memory import release_freed
 from .seeding import RANDOM_SOURCES, seeded_generator
 from .errors import caller_stacklevel, check_int
 from .posterior import MWGPPosterior
@@ -147,6 +148,7 @@ def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: st
     step = posterior.chunk_size if chunk_size is None else check_int("chunk_size", chunk_size, 1)
     per_chunk = max(1, step // max(width, 1))
     known: dict = {}  # (user, item) -> one pair's (mean, var), already computed
+    catalogue_bytes = posterior.n_levels[1] * posterior.state.gp.inducing.shape[0] * 8  # one (items x m) product, float64
     for start in range(0, k, per_chunk):
         block = users[start:start + per_chunk]
         b = len(block)
@@ -169,6 +171,7 @@ def top_n(posterior: MWGPPosterior, users: np.ndarray, n: int = 10, strategy: st
                 best_score, best = torch.topk(score, width)
             best_scores.append(best_score.double())
             bests.append(best)
+            release_freed(catalogue_bytes)  # the catalogue's temporaries, freed: not a heap that grows per user
         best_score, best = torch.stack(best_scores), torch.stack(bests)
         valid = torch.isfinite(best_score)
         chosen = torch.stack([torch.as_tensor(block, device=device).repeat_interleave(width), best.reshape(-1)], 1)
