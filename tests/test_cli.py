@@ -320,7 +320,9 @@ def test_cli_recommend_shows_titles_std_and_intervals_and_folds_in(saved_model, 
     assert out[1].split() == ["rank", "item", "title", "est", "std", "90", "%", "interval"]
     assert len(out) == 2 + 4 and "Movie number" in out[2] and "[" in out[2]
     assert main(["recommend", "--model", str(saved_model), "--user", "stranger", "-n", "3"]) == 0
-    assert "cold-start ranking" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "cold-start ranking" in out  # the header says which rule of strategy auto this user got
+    assert "by mean - 1 std (this user has fewer than 20 ratings; strategy auto)" in out
     assert main(["recommend", "--model", str(saved_model), "--user", "stranger", "-n", "3", "--strategy", "lcb",
                  "--rate", "1=5", "2=1", "3=4"]) == 0
     out = capsys.readouterr().out

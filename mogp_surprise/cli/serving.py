@@ -144,6 +144,10 @@ def recommend_command(args: argparse.Namespace) -> int:
     score = {"mean": "mean", "lcb": f"mean - {k:g} std", "ucb": f"mean + {k:g} std",
              "thompson": f"one posterior draw, spread x {t:g} (Thompson sampling)",
              "auto": f"mean - {k:g} std below 20 ratings, else mean"}[args.strategy]
+    if args.strategy == "auto" and len(frame):  # which of the two this user got
+        by_mean = bool(np.array_equal(frame["score"].to_numpy(), frame["mean"].to_numpy()))
+        score = ("mean (this user has 20 ratings or more" if by_mean else
+                 f"mean - {k:g} std (this user has fewer than 20 ratings") + "; strategy auto)"
     print(f"Top {len(frame)} by {score}; est: the mean within the rating scale; 90 % interval: mean +- {Z90:.3f} std")
     _print_rows(algo, frame)
     return 0
