@@ -45,6 +45,16 @@ def interrupt_after(monkeypatch, saves: int) -> None:
     monkeypatch.setattr(trainer._Saver, "save", save)
 
 
+def stopped_after_two_checkpoints(monkeypatch, data, path):
+    """(the fit of ``data`` for 3 epochs never stopped, the checkpoint at ``path`` of one stopped after two)."""
+    uninterrupted = fit_mwgp(*data, config(n_epochs=3))
+    with monkeypatch.context() as patch:
+        interrupt_after(patch, 2)
+        with pytest.raises(Stop):
+            fit_mwgp(*data, config(n_epochs=3), checkpointing=Checkpointing(path))
+    return uninterrupted, torch.load(path, weights_only=True)
+
+
 def interrupted_and_resumed(monkeypatch, data, cfg, path, saves: int, every: int = 1):
     """Fit ``data`` with ``cfg``, dying right after the ``saves``-th checkpoint (every ``every`` epochs) at
     ``path``; then the fit resumed from it."""
@@ -161,12 +171,7 @@ def test_a_checkpoint_without_the_data_digest_resumes_and_a_generator_seed_resum
     """A checkpoint written before the digest existed resumes on the sums it holds; a numpy Generator as
     random_state is compared as such (its repr, a memory address, refused every resume)."""
     path = tmp_path / "c.pt"
-    uninterrupted = fit_mwgp(*data, config(n_epochs=3))
-    with monkeypatch.context() as patch:
-        interrupt_after(patch, 2)
-        with pytest.raises(Stop):
-            fit_mwgp(*data, config(n_epochs=3), checkpointing=Checkpointing(path))
-    state = torch.load(path, weights_only=True)
+    uninterrupted, state = stopped_after_two_checkpoints(monkeypatch, data, path)
     del state["fingerprint"]["data_digest"], state["checksum"]  # as written before either existed
     torch.save(state, path)
     resumed = fit_mwgp(*data, config(n_epochs=3), checkpointing=Checkpointing(path, resume=True))
@@ -181,12 +186,7 @@ def test_a_damaged_checkpoint_is_refused_not_resumed(tmp_path, monkeypatch, data
     """One changed number in a table (a flipped bit on disk) resumed from wrong parameters without a word: the
     checksum written with the checkpoint refuses it; the same file undamaged resumes to the uninterrupted fit."""
     path = tmp_path / "c.pt"
-    uninterrupted = fit_mwgp(*data, config(n_epochs=3))
-    with monkeypatch.context() as patch:
-        interrupt_after(patch, 2)
-        with pytest.raises(Stop):
-            fit_mwgp(*data, config(n_epochs=3), checkpointing=Checkpointing(path))
-    state = torch.load(path, weights_only=True)
+    uninterrupted, state = stopped_after_two_checkpoints(monkeypatch, data, path)
     assert state["checksum"] == checkpoint.checksum(state)
     name = next(k for k, v in state["module"].items() if v.is_floating_point() and v.numel() > 1)
     state["module"][name].view(-1)[0] += 2.0 ** -20
