@@ -398,6 +398,7 @@ def test_packed_tables_train_as_separate_tables_and_resume_exactly(kernel, monke
     assert same_posterior(packed, interrupted_and_resumed(monkeypatch, (index, y, levels), cfg, path, 2))
     state = torch.load(path, weights_only=True)  # one written before tables were packed: a clear refusal
     state["module"] = {k: v for k, v in state["module"].items() if not k.startswith("packs.")}
+    del state["checksum"]  # (written before checkpoints carried one)
     torch.save(state, path)
     with pytest.raises(ValueError, match="earlier release"):
         fit_mwgp(index, y, levels, cfg, checkpointing=Checkpointing(path, every=1, resume=True))
