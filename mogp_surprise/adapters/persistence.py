@@ -37,7 +37,7 @@ def _plain_hyper_params(params: dict[str, Any]) -> dict[str, Any]:
     out = {}
     for name, value in params.items():
         if isinstance(value, RANDOM_SOURCES):
-            value = None  # a Generator's state is not a hyper-parameter value; refits draw from numpy's global one
+            value = None  # a generator's state is not a hyper-parameter value; refits draw from numpy's global one
         elif isinstance(value, torch.device):
             value = str(value)
         elif isinstance(value, np.generic):

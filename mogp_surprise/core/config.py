@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .seeding import RANDOM_SOURCES
+from .seeding import valid_random_state
 
 _DTYPES, _DEVICES = {"float32": torch.float32, "float64": torch.float64}, ("auto", "cpu", "cuda")
 _CHOICES = {"lr_schedule": ("cosine", "constant"), "init": ("pca", "random"),
@@ -258,12 +258,10 @@ class MWGPConfig:
                             f"{self.extra_terms!r}")
         if len(set(self.extra_terms)) != len(self.extra_terms):
             raise ValueError(f"`extra_terms` names a term twice: {self.extra_terms!r}")
-        rs = self.random_state
-        if not (rs is None or isinstance(rs, RANDOM_SOURCES)
-                or (isinstance(rs, numbers.Integral) and not isinstance(rs, bool) and rs >= 0)):
+        if not valid_random_state(self.random_state):
             raise ValueError(
                 "`random_state` must be None, a non-negative int, a numpy.random.Generator or RandomState, "
-                f"got {rs!r}")
+                f"got {self.random_state!r}")
         _check_device(self.device)
 
     # -- derived values, computed on demand (never stored) -------------------------------

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from .memory import release_freed
-from .seeding import RANDOM_SOURCES, seeded_generator
+from .seeding import seeded_generator, valid_random_state
 from .errors import caller_stacklevel, check_int
 from .posterior import MWGPPosterior
 
@@ -61,8 +61,7 @@ def check_strategy(strategy: str, kappa: float | None, n: int, auto: bool = Fals
 def draw_generator(random_state: Any, device: torch.device) -> torch.Generator:
     """A torch generator on ``device`` seeded from ``random_state`` (:func:`~.seeding.seeded_generator`), for
     posterior draws."""
-    if random_state is not None and not isinstance(random_state, (numbers.Integral, *RANDOM_SOURCES)) \
-            or isinstance(random_state, bool) or isinstance(random_state, numbers.Integral) and random_state < 0:
+    if not valid_random_state(random_state):
         raise ValueError(f"`random_state` must be None, an int >= 0 or a numpy Generator or RandomState, got "
                          f"{random_state!r}")
     return seeded_generator(random_state, device)
